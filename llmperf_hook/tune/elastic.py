@@ -215,6 +215,8 @@ class ElasticMemory:
     """The range's maximum (the count ranked)."""
     memory: Callable[[TrainingConfig], Any]
     """The memory model alone (commands/tune.memory_only with the cluster bound) -> MemoryEstimate."""
+    slurm: bool = False
+    """The range is Slurm's -N MIN-MAX (else torchrun's --nnodes MIN:MAX), for messages."""
 
     def peak_at(self, cfg: TrainingConfig, nnodes: int) -> float | None:
         """`cfg`'s peak bytes per GPU on `nnodes` nodes (None: the memory model cannot size it there, as search counts
@@ -229,30 +231,35 @@ class ElasticMemory:
 
     def fitting_minimum(self, cfg: TrainingConfig, usable_bytes: float) -> int | None:
         """The fewest nodes from which `cfg`'s layout starts at every count up to the maximum (the world rules) and
-        fits its memory (at that fewest, by the assumption of the module docstring); None: at none below the maximum."""
+        fits its memory (at that fewest, by the assumption of the module docstring); None: not even at the maximum."""
         row = candidates_from_list((candidate_of(cfg),)).columns
         rules = _WORLD_RULES + (_BATCH_RULES if _fixed_batch(cfg) else ())
         starts = {nodes: not any(m[0] for name, m in rule_masks(cfg, row, world_size=nodes * cfg.nproc_per_node).items()
                                  if name.startswith(rules))
-                  for nodes in range(self.least_nnodes + 1, self.nnodes)}
+                  for nodes in range(self.least_nnodes + 1, self.nnodes + 1)}
         for nodes in starts:
-            if all(starts[n] for n in range(nodes, self.nnodes)):
+            if all(starts[n] for n in range(nodes, self.nnodes + 1)):
                 peak = self.peak_at(cfg, nodes)
                 if peak is not None and peak <= usable_bytes:
                     return nodes
         return None
+
+    def range_words(self, least: int) -> str:
+        """The command's range with `least` as its minimum, as the command writes it."""
+        return f"-N {least}-{self.nnodes}" if self.slurm else f"--nnodes {least}:{self.nnodes}"
 
 
 def elastic_memory(job: ParsedJob, memory: Callable[[TrainingConfig], Any]) -> ElasticMemory | None:
     """The memory rule of the job's range (None: a fixed node count)."""
     if not smaller_counts(job):
         return None
-    return ElasticMemory(job.elastic_min_nnodes or job.nnodes, job.nnodes, memory)
+    return ElasticMemory(job.elastic_min_nnodes or job.nnodes, job.nnodes, memory,
+                         slurm=_range_words(job).startswith("-N"))
 
 
 @dataclasses.dataclass(frozen=True)
 class OverAtMinimum:
-    """A layout that fits the maximum of an elastic range by the memory model, not its minimum."""
+    """A layout whose peak at an elastic range's minimum, by the memory model, is over the usable memory."""
 
     candidate: Any
     """tune/candidate.Candidate."""
@@ -269,12 +276,14 @@ def over_at_minimum_sentence(over: Sequence[OverAtMinimum], rule: ElasticMemory,
         return ""
     least = min(over, key=lambda o: o.peak_bytes)
     nodes = f"{rule.least_nnodes} node{'s' * (rule.least_nnodes > 1)}"
-    msg = (f" {len(over):,} layout{'s' * (len(over) > 1)} fit{'s' * (len(over) == 1)} at {rule.nnodes} nodes but not at the elastic minimum ({nodes}), where fewer "
-           f"data-parallel ranks hold larger ZeRO / distributed-optimizer shards; the least there, "
-           f"{least.candidate.describe()}, needs {least.peak_bytes / 2**30:.1f} GiB per GPU, "
-           f"{(least.peak_bytes - usable_bytes) / 2**30:.1f} GiB over the usable.")
+    msg = (f" {len(over):,} layout{'s' * (len(over) > 1)} {'are' if len(over) > 1 else 'is'} over the usable memory at "
+           f"the elastic minimum ({nodes}), where fewer data-parallel ranks hold larger ZeRO / distributed-optimizer "
+           f"shards; the least there, {least.candidate.describe()}, needs {least.peak_bytes / 2**30:.1f} GiB per GPU, "
+           f"{(least.peak_bytes - usable_bytes) / 2**30:.1f} GiB over.")
     start = rule.fitting_minimum(least.config, usable_bytes)
-    if start is not None:
-        return msg + (f" It fits from {start} nodes: the largest range that fits is {start} to {rule.nnodes} nodes "
-                      f"(--nnodes {start}:{rule.nnodes}, or a fixed --nnodes {rule.nnodes}).")
-    return msg + f" It fits only at the maximum: a fixed --nnodes {rule.nnodes} fits."
+    if start is None:
+        return msg + f" It does not fit at {rule.nnodes} nodes either."
+    if start == rule.nnodes:
+        return msg + f" It fits only at {rule.nnodes} nodes: give a fixed node count of {rule.nnodes}."
+    return msg + (f" It fits from {start} nodes: the largest range that fits is {start} to {rule.nnodes} nodes "
+                  f"({rule.range_words(start)}, or a fixed node count of {rule.nnodes}).")

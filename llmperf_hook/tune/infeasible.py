@@ -111,8 +111,8 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any], elastic_se
     host_gib = header.get("host_capacity_bytes", 0) / GiB
     host = (f", {result.num_oom_host:,} of them out of host RAM ({host_gib:,.0f} GiB per node) while fitting the GPU"
             if result.num_oom_host else "")
-    host += (f", {len(result.over_at_minimum):,} of them at the elastic minimum only" if result.over_at_minimum
-             else "")
+    host += (f", {len(result.over_at_minimum):,} of them at the elastic minimum (the fewest nodes the job may start "
+             "with)" if result.over_at_minimum else "")
     counts = (f"Of {result.num_considered:,} candidates, {result.num_invalid:,} are invalid and "
               f"{result.num_oom_estimated + result.num_oom_predicted:,} are predicted out of memory "
               f"(usable {usable:.1f} GiB = {100 * (1 - result.memory_margin):.0f} % of "

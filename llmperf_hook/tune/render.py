@@ -4,13 +4,14 @@ Human units only here (GiB = 2**30 bytes, percent). "Changes" are shown as the e
 that differ between the user's command and the tuned one (tune/apply.py produced both).
 
 JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `elastic` (only for a range of node counts, torchrun
---nnodes MIN:MAX or Slurm -N MIN-MAX: the size tune ranks at and what it checks at the smaller counts, tune/elastic.py); `knobs` {searched {knob: values tried}, kept
-{knob: the command's value}, rules {knob: the framework rule that narrows or fixes it}} (a setting the framework
-does not have, e.g. ZeRO under Megatron-LM, is in neither); `search` {num_generated, num_considered, num_invalid,
-invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_oom_host (of num_oom_predicted: fit the
-GPU, not the host RAM the offloads pin), num_oom_elastic_minimum (of num_oom_predicted: an elastic range's layouts over
-memory at its minimum, tune/elastic.py; 0 otherwise), num_over_margin (1: the user's command fits by predict's verdict, over tune's
-margin; in neither out-of-memory count), host_capacity_bytes (per node; null = the cluster does not state it, not
+--nnodes MIN:MAX or Slurm -N MIN-MAX: the size tune ranks at and what it checks at the smaller counts, tune/elastic.py);
+`knobs` {searched {knob: values tried}, kept {knob: the command's value}, rules {knob: the framework rule that narrows
+or fixes it}} (a setting the framework does not have, e.g. ZeRO under Megatron-LM, is in neither); `search`
+{num_generated, num_considered, num_invalid, invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted,
+num_oom_host (of num_oom_predicted: fit the GPU, not the host RAM the offloads pin), num_oom_elastic_minimum (of
+num_oom_predicted: an elastic range's layouts over memory at its minimum, tune/elastic.py; 0 otherwise), num_over_margin
+(1: the user's command fits by predict's verdict, over tune's margin; in neither out-of-memory count),
+host_capacity_bytes (per node; null = the cluster does not state it, not
 checked), num_slower_by_estimate, num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s};
 `baseline` and each of `top` {tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute,
 recompute_num_layers, distributed_optimizer, zero_stage, ep, etp (null = expert TP follows TP), layout (the table's
@@ -286,8 +287,8 @@ def _elastic_pruned(res: TuneResult) -> str:
     """', N of them at the elastic minimum' where an elastic range's minimum ruled layouts out (tune/elastic.py)."""
     if not res.over_at_minimum:
         return ""
-    return (f", {len(res.over_at_minimum):,} of them at the elastic minimum: they would fit more nodes, but not the "
-            "fewest the job may start with")
+    return (f", {len(res.over_at_minimum):,} of them at the elastic minimum, the fewest nodes the job may start with "
+            "(the memory model there, before any step-time prediction)")
 
 
 def _over_margin_count(res: TuneResult) -> str:

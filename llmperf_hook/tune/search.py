@@ -250,8 +250,8 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
     baseline = _baseline(job)
     oom_est = certain_oom.copy()
     base_row = _row_of(valid, job.base)
-    if baseline is not None and baseline.fits and base_row.any() and all(e.candidate != job.base for e in prog.fitting) \
-            and job.over_at_minimum(job.base, baseline.config) is None:
+    if baseline is not None and baseline.fits and base_row.any() and \
+            all(e.candidate != job.base for e in prog.fitting) and job.over_at_minimum(job.base, baseline.config) is None:
         # The user's own configuration always competes, even if bounded out (not when a layout rule rejects it,
         # e.g. MoE + TP without sequence parallelism, which Megatron refuses at the first training step).
         prog.fitting.append(baseline)

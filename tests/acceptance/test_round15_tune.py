@@ -86,11 +86,12 @@ def test_layouts_over_memory_at_the_minimum_are_pruned_and_the_range_that_fits_i
     assert code == 3, err
     data = json.loads(out)
     assert data["search"]["num_oom_elastic_minimum"] == 1 and data["search"]["num_fitting"] == 0, data["search"]
-    assert "1 layout fits at 4 nodes but not at the elastic minimum (1 node)" in data["error"], data["error"]
-    assert "It fits from 3 nodes: the largest range that fits is 3 to 4 nodes (--nnodes 3:4" in data["error"], data
+    assert "1 layout is over the usable memory at the elastic minimum (1 node)" in data["error"], data["error"]
+    assert "It fits from 3 nodes: the largest range that fits is 3 to 4 nodes (--nnodes 3:4, or a fixed node " \
+           "count of 4)" in data["error"], data
     assert "warning: your command runs out of memory at the elastic minimum (1 node: " in err, err
-    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--", "torchrun",
-                              "--nnodes", "3:4", *command[3:]], capsys)
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--",
+                              "torchrun", "--nnodes", "3:4", *command[3:]], capsys)
     assert code == 0 and json.loads(out)["top"][0]["tp"] == 1, err  # the range it named fits
 
 
@@ -134,8 +135,8 @@ def test_deepspeed_elasticity_is_refused_when_enabled(home: Path, capsys, enable
     (home / "train.py").write_text("import deepspeed\n")
     (home / "ds.json").write_text(json.dumps({
         "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2},
-        "bf16": {"enabled": True}, "elasticity": {"enabled": enabled, "max_train_batch_size": 2000,
-                                                  "micro_batch_sizes": [2, 4, 6], "ignore_non_elastic_batch_info": True}}))
+        "bf16": {"enabled": True}, "elasticity": {"enabled": enabled, "max_train_batch_size": 2000, "micro_batch_sizes":
+                                                  [2, 4, 6], "ignore_non_elastic_batch_info": True}}))
     for verb in ("predict", "tune"):
         code, out, err = run_cli([verb, "--cluster", "dgx-h100", "--model", "llama2-7b", "--", *DS_TRAIN], capsys)
         if enabled:
@@ -178,7 +179,7 @@ def test_trainer_fsdp_config_checkpointing_is_priced(home: Path, capsys, form: s
 
 
 @pytest.mark.parametrize("extra, said", [
-    (["--fsdp_config", "fsdp.json", "--gradient_checkpointing"], "the Trainer refuses both ('The activation_checkpointing"),
+    (["--fsdp_config", "fsdp.json", "--gradient_checkpointing"], "the Trainer refuses both ('The activation_"),
     (["--fsdp_config", "missing.json"], "--fsdp_config 'missing.json' is neither a JSON file llmperf can read"),
 ])
 def test_trainer_fsdp_config_the_trainer_refuses(home: Path, capsys, extra: list[str], said: str) -> None:
