@@ -91,10 +91,10 @@ def starting_nothing_sentence(counts: Sequence[str], invalid_by_rule: Mapping[st
 def elastic_pruned_sentence(invalid_by_rule: Mapping[str, int]) -> str:
     """For the exit-3 message: the layouts only a smaller count of the range refused, which a fixed node count at
     the maximum would try."""
-    pruned = {rule: n for rule, n in invalid_by_rule.items() if rule.startswith((WORLD_RULE, BETWEEN_RULE))}
+    pruned = {rule: n for rule, n in invalid_by_rule.items() if _where(rule) is not None}
     if not pruned:
         return ""
-    where = ", ".join(dict.fromkeys(rule.split("(", 1)[1].split(")", 1)[0] for rule in pruned))
+    where = "; ".join(dict.fromkeys(str(_where(rule)) for rule in pruned))
     return (f" {sum(pruned.values()):,} layouts were refused only because Megatron / DeepSpeed would stop at a smaller "
             f"node count of the elastic range ({where}: the model grid or the global batch does not divide there): "
             "a fixed --nnodes at the maximum, or a range without those counts, lets tune try them.")
