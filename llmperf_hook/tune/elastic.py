@@ -84,8 +84,10 @@ def starting_nothing_sentence(counts: Sequence[str], invalid_by_rule: Mapping[st
     rules = "; ".join(f"{rule}: {n:,}" for rule, n in invalid_by_rule.items() if _where(rule) in counts)
     return (f" No layout searched can start at {' or at '.join(said)} of the elastic range, and the job starts or "
             f"restarts at any count of it: there each breaks a rule Megatron / DeepSpeed check at start-up ({rules}). "
-            "Give a range without that count (or a fixed node count), or a global batch that the micro-batch times "
-            "every count's data-parallel size divides.")
+            + ("Drop gradient_accumulation_steps from the ds_config (DeepSpeed then derives it at each world size), or "
+               "give a fixed node count." if FIXED_TRIAD_RULE in rules else
+               "Give a range without that count (or a fixed node count), or a global batch that the micro-batch times "
+               "every count's data-parallel size divides."))
 
 
 def elastic_pruned_sentence(invalid_by_rule: Mapping[str, int]) -> str:
@@ -148,12 +150,29 @@ def _fixed_batch(cfg: TrainingConfig) -> bool:
     return source is not None and source.kind != SourceKind.DERIVED
 
 
+FIXED_TRIAD_RULE = "ds_config train_batch_size != micro x gradient_accumulation_steps x dp"
+"""A DeepSpeed config that writes train_batch_size, the micro batch and gradient_accumulation_steps: DeepSpeedConfig's
+_batch_assertion (runtime/config.py) holds train == micro x GAS x DP at one data-parallel size only, and --apply keeps
+all three (set for the maximum), so the job stops at every smaller count whatever the layout."""
+
+
+def _fixed_triad(cfg: TrainingConfig) -> bool:
+    """The ds_config writes all three batch keys (none derived, none left to the Trainer's flags)."""
+    src = cfg.sources
+    return all(key in src and src[key].kind == SourceKind.CONFIG_FILE and word in src[key].detail
+               for key, word in (("global_batch_size", "train_batch_size"),
+                                 ("micro_batch_size", "train_micro_batch_size_per_gpu"),
+                                 ("num_microbatches", "gradient_accumulation_steps")))
+
+
 def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
     """The layout rules at each smaller count of the range, as named masks over a candidate table's columns:
     candidate_rules' world-dependent rules evaluated at that count's world, the batch ones only where the global
-    batch is fixed (a derived one follows the world the job got). MIN first, then the counts in between."""
+    batch is fixed (a derived one follows the world the job got), and DeepSpeed's triad where its config fixes all
+    three keys (FIXED_TRIAD_RULE). MIN first, then the counts in between."""
     counts = smaller_counts(job)
     rules = _WORLD_RULES + (_BATCH_RULES if _fixed_batch(cfg) else ())
+    triad = _fixed_triad(cfg)
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
         named: Masks = {}
@@ -161,8 +180,11 @@ def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
             world = nodes * job.nproc_per_node
             where = f"({nodes} node{'s' * (nodes > 1)}, {world} GPUs)"
             prefix = WORLD_RULE if nodes == counts.start else BETWEEN_RULE
-            named.update({_count_name(name, prefix, where): mask
-                          for name, mask in rule_masks(cfg, cols, world_size=world).items() if name.startswith(rules)})
+            at_count = rule_masks(cfg, cols, world_size=world)
+            if triad:
+                at_count[FIXED_TRIAD_RULE] = np.ones(len(cols["tp"]), dtype=bool)
+            named.update({_count_name(name, prefix, where): mask for name, mask in at_count.items()
+                          if name.startswith((*rules, FIXED_TRIAD_RULE))})
         return named
 
     return masks

@@ -188,3 +188,27 @@ def test_trainer_fsdp_config_the_trainer_refuses(home: Path, capsys, extra: list
     (home / "fsdp.json").write_text('{"activation_checkpointing": "true"}')
     code, _, err = _predict(home, capsys, extra)
     assert code == 2 and said in err, err
+
+
+DS_SCRIPT = "import argparse\nimport deepspeed\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int)\n" \
+            "p = deepspeed.add_config_arguments(p)\n"
+
+
+def test_a_ds_config_that_fixes_the_whole_batch_triad_cannot_change_size(home: Path, capsys) -> None:
+    """R66's open point: a ds_config writing train_batch_size 768, micro 2 and gradient_accumulation_steps 12 holds
+    DeepSpeed's _batch_assertion (train == micro x GAS x DP) at 32 GPUs only, and --apply keeps all three: under
+    --nnodes 3:4 the job stops when it starts or restarts at 3 nodes (2 x 12 x 24 = 576). tune listed layouts; now
+    exit 3 saying to drop gradient_accumulation_steps. Without that key DeepSpeed derives it at each size: listed."""
+    (home / "train.py").write_text(DS_SCRIPT)
+    batch = {"train_batch_size": 768, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+             "zero_optimization": {"stage": 2}}
+    (home / "fixed.json").write_text(json.dumps({**batch, "gradient_accumulation_steps": 12}))
+    (home / "free.json").write_text(json.dumps(batch))
+    launch = ["torchrun", "--nnodes", "3:4", "--nproc-per-node", "8", "train.py", "--deepspeed", "--deepspeed_config"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--", *launch, "fixed.json"],
+                             capsys)
+    assert code == 3 and "Drop gradient_accumulation_steps from the ds_config" in err, err
+    assert "ds_config train_batch_size != micro x gradient_accumulation_steps x dp at the elastic minimum (3 nodes" in err
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--",
+                              *launch, "free.json"], capsys)
+    assert code == 0 and json.loads(out)["top"], err
