@@ -27,8 +27,10 @@ MaskFn = Callable[[Mapping[str, np.ndarray]], Masks]
 RAMPUP_RULE = "a --rampup-batch-size step's global batch % (micro_batch*dp) != 0"
 
 
-def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str]) -> MaskFn:
-    """The rules the command's flags bring in, as a function of a candidate table's columns."""
+def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_size: int | None = None) -> MaskFn:
+    """The rules the command's flags bring in, as a function of a candidate table's columns; `world_size`: the GPUs
+    the job starts with where not the config's (a smaller count of an elastic range: tune/elastic.py)."""
+    world = cfg.world_size if world_size is None else world_size
     if cfg.framework not in ("megatron", "megatron-deepspeed"):
         return lambda cols: {}
     flags = parse_flags(script_args, SCRIPT_FLAGS)
@@ -37,7 +39,7 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str]) -> MaskF
         return lambda cols: {}
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
-        step = cols["mbs"] * np.maximum(cfg.world_size // (cols["tp"] * cols["pp"] * cols["cp"]), 1)
+        step = cols["mbs"] * np.maximum(world // (cols["tp"] * cols["pp"] * cols["cp"]), 1)
         return {RAMPUP_RULE: divisor % step != 0}
 
     return masks

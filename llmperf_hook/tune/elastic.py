@@ -41,7 +41,7 @@ from llmperf_hook.provenance import SourceKind
 from llmperf_hook.tune.candidate import candidate_of
 from llmperf_hook.tune.candidate_rules import rule_masks
 from llmperf_hook.tune.candidates import candidates_from_list
-from llmperf_hook.tune.command_rules import Masks, MaskFn
+from llmperf_hook.tune.command_rules import RAMPUP_RULE, Masks, MaskFn, command_rule_masks
 
 
 def elastic_note(job: ParsedJob) -> str | None:
@@ -132,8 +132,9 @@ _WORLD_RULES = ("world % (tp*pp*cp) != 0", "world % (etp*ep*pp) != 0",
                 "dp*cp or expert dp % --num-distributed-optimizer-instances != 0")
 """candidate_rules.rule_masks' rules that depend on the world alone: the model grid (arguments.py), the expert grid
 (parallel_state.initialize_model_parallel) and the partial distributed optimizer's shard factor."""
-_BATCH_RULES = ("global_batch % (micro_batch*dp) != 0", "interleaving needs")
-"""Its rules on the micro-batch count at a fixed global batch (the count grows as DP shrinks)."""
+_BATCH_RULES = ("global_batch % (micro_batch*dp) != 0", "interleaving needs", RAMPUP_RULE)
+"""Its rules on the micro-batch count at a fixed global batch (the count grows as DP shrinks), and a
+--rampup-batch-size step's (command_rules.py: micro x DP divides every global batch the ramp-up runs)."""
 
 
 def smaller_counts(job: ParsedJob) -> range:
@@ -180,7 +181,8 @@ def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
             world = nodes * job.nproc_per_node
             where = f"({nodes} node{'s' * (nodes > 1)}, {world} GPUs)"
             prefix = WORLD_RULE if nodes == counts.start else BETWEEN_RULE
-            at_count = rule_masks(cfg, cols, world_size=world)
+            at_count = {**rule_masks(cfg, cols, world_size=world),
+                        **command_rule_masks(cfg, job.script_args, world_size=world)(cols)}
             if triad:
                 at_count[FIXED_TRIAD_RULE] = np.ones(len(cols["tp"]), dtype=bool)
             named.update({_count_name(name, prefix, where): mask for name, mask in at_count.items()

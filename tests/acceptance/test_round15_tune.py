@@ -212,3 +212,15 @@ def test_a_ds_config_that_fixes_the_whole_batch_triad_cannot_change_size(home: P
     code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--",
                               *launch, "free.json"], capsys)
     assert code == 0 and json.loads(out)["top"], err
+
+
+def test_a_rampup_step_is_checked_at_every_count(home: Path, capsys) -> None:
+    """--rampup-batch-size 32 32 1000 runs steps at global batches 32, 64, ... 768; each must split over micro x DP
+    (command_rules.RAMPUP_RULE). At 3 nodes of --nnodes 2:4, DP is a multiple of 3, which divides no step below 96:
+    checked at MAX only before, so tune listed layouts that stop there."""
+    (home / "s.yaml").write_text(NARROW)
+    command = ["torchrun", "--nnodes", "2:4", "--nproc-per-node", "8", *_with(MEGATRON_ARGS, global_batch_size="768"),
+               "--rampup-batch-size", "32", "32", "1000"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", "s.yaml", "--", *command], capsys)
+    assert code == 3, err
+    assert "a --rampup-batch-size step's global batch % (micro_batch*dp) != 0 at an elastic count (3 nodes" in err, err
