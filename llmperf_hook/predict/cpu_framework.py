@@ -134,18 +134,28 @@ def single_layout_peak_notes(profile: object, dtype: str) -> tuple[str, ...]:
 
 def op_seconds(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int = 1) -> float:
     """Seconds of `op` on the CPU thread (collectives unchanged: the comm model measured them under gloo)."""
+    return sum(op_cost_parts(op, profile_s, cost, ranks_on_machine).values())
+
+
+def op_cost_parts(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int = 1) -> dict[str, float]:
+    """op_seconds by the term of the module docstring that prices it (their sum is op_seconds), for a breakdown of
+    where a CPU step goes (benchmarks/testbed_op_breakdown.py): a compute op's "operators" (compute_scale x its
+    profile time), "issue" (per op unit) and "traffic" (per byte); the optimizer op's "adam" (per tensor and per
+    parameter) and "engine" (DeepSpeed's ZeRO-stage step); TRANSPORT_OP's "transport"; a collective's "comm"."""
     if op.collective is not None:
-        return profile_s
+        return {"comm": profile_s}
     if op.name == TRANSPORT_OP:
-        return cost.transport_per_byte_s * op.dims.get("wire_bytes", 0)
+        return {"transport": cost.transport_per_byte_s * op.dims.get("wire_bytes", 0)}
     slowdown = cost.slowdown(ranks_on_machine)
     if op.op_class == "optimizer":
         tensors = int(op.tags.get("param_tensors", "1"))
-        step_s = tensors * cost.optimizer_per_tensor_s + op.dims.get("params", 0) * cost.optimizer_per_param_s
+        adam_s = tensors * cost.optimizer_per_tensor_s + op.dims.get("params", 0) * cost.optimizer_per_param_s
         per_step_s, per_param_s = cost.deepspeed_step.get(op.tags.get("deepspeed_zero", ""), (0.0, 0.0))
-        return slowdown * (step_s + per_step_s + per_param_s * int(op.tags.get("engine_params", "0")))
+        return {"adam": slowdown * adam_s,
+                "engine": slowdown * (per_step_s + per_param_s * int(op.tags.get("engine_params", "0")))}
     units = KERNELS_PER_PHASE.get(op.phase, 1)
-    return slowdown * (cost.compute_scale * profile_s + units * cost.per_unit_s + op.bytes_moved * cost.per_byte_s)
+    return {"operators": slowdown * cost.compute_scale * profile_s, "issue": slowdown * units * cost.per_unit_s,
+            "traffic": slowdown * op.bytes_moved * cost.per_byte_s}
 
 
 TRANSPORT_OP = "gloo_transport"

@@ -1,0 +1,141 @@
+"""Where a CPU testbed configuration's predicted step goes, op class by op class, beside a real run's operators.
+
+    python benchmarks/testbed_op_breakdown.py INDEX [--home DIR] [--run-dir RUN]
+
+INDEX is a configuration of testbed_configs.CONFIGS. The prediction is this tree's, from --home's profile (the
+benchmark's home by default): per (op class, phase) the step's seconds, split into the terms that price them on a
+CPU (predict/cpu_framework.op_cost_parts: the operators at compute_scale, per issued op unit, per byte; Adam and
+DeepSpeed's engine; gloo's transport CPU; the collectives as the comm model prices them). `llmperf predict --format
+json` gives the step's components only, not this.
+
+With --run-dir, the run directory of `llmperf run --instrument N --stop-after M --profile-ops K` of the same
+command (as testbed_runs.py launches it, M >= N + K): each op its rank 0 recorded (instrument/op_profile.py: the
+op's CPU time and its children's under torch.profiler, its backward the autograd nodes of the same sequence
+numbers), beside the predicted op of the same class, phase and dims. Time outside the mapped ops (views, the
+autograd engine, DeepSpeed's hooks and copies) is not in them: the run's step time less their sum. The profiler
+adds some microseconds per event, so small ops read high.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterator
+
+from testbed_configs import CLUSTER, CONFIGS, TestbedConfig
+
+Key = tuple[str, str]
+"""(op class, phase)."""
+OpKey = tuple[str, str, tuple[tuple[str, int], ...]]
+"""(op class, phase, sorted dims)."""
+
+
+def op_key(op_class: str, phase: str, dims: dict) -> OpKey:
+    return op_class, phase, tuple(sorted((str(k), int(v)) for k, v in dims.items()))
+
+
+def step_ops(cfg: TestbedConfig, work: Path) -> Iterator[tuple[Any, int, dict[str, float]]]:
+    """(op, times per step, its op_cost_parts) for every op of the configuration's rank-0 graph on cluster CLUSTER;
+    LLMPERF_HOME must name the home before this runs."""
+    from llmperf_hook.api import resolve_command
+    from llmperf_hook.graph.build import build_graph
+    from llmperf_hook.predict import fitted
+    from llmperf_hook.predict.cpu_framework import find_cpu_framework_cost, op_cost_parts, ranks_on_machine
+    from llmperf_hook.predict.dispatch import find_operator_profile, op_id, predict_ops
+
+    ds_json = work / "ds.json"
+    ds_json.parent.mkdir(parents=True, exist_ok=True)
+    ds_json.write_text(json.dumps(cfg.ds_config()))
+    _, config, cluster, _ = resolve_command(cfg.argv(ds_json, 29500), os.environ, cluster=CLUSTER)
+    graph = build_graph(config, cluster)
+    ops = graph.all_ops()
+    cost = find_cpu_framework_cost(cluster.gpu.name, config.precision)
+    if cost is None:
+        raise SystemExit(f"{CLUSTER}: no CPU framework cost for {config.precision} in this home's profile")
+    seconds, _ = predict_ops(ops, cluster, find_operator_profile(cluster, config.precision),
+                             fitted.find_comm_model(cluster.name))
+    ranks = ranks_on_machine(ops)
+    stage = graph.stages[0]
+    for block in (b for chunk in stage.chunks for b in chunk.blocks):
+        for op in (*block.fwd, *block.bwd):
+            yield op, block.count * graph.num_microbatches, op_cost_parts(op, seconds[op_id(op)], cost, ranks)
+    for op in stage.step_ops:
+        yield op, 1, op_cost_parts(op, seconds[op_id(op)], cost, ranks)
+
+
+def by_class(rows: Iterator[tuple[Any, int, dict[str, float]]]) -> dict[Key, dict[str, float]]:
+    """Seconds per step of each (op class, phase), per term, and its op count per step ("count")."""
+    out: dict[Key, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for op, n, parts in rows:
+        entry = out[(op.op_class, op.phase)]
+        entry["count"] += n
+        for term, s in parts.items():
+            entry[term] += n * s
+    return {k: dict(v) for k, v in out.items()}
+
+
+def recorded_ops(run_dir: Path) -> dict[OpKey, tuple[float, float]]:
+    """{op: (median seconds, occurrences per profiled step)} of rank 0's op records (kind "op")."""
+    out = {}
+    for line in (run_dir / "rank0.jsonl").read_text().splitlines():
+        rec = json.loads(line) if line.strip() else {}
+        if rec.get("kind") == "op":
+            out[op_key(rec["op_class"], rec["phase"], rec["dims"])] = (
+                float(rec["seconds"]), rec["count"] / max(1, int(rec.get("profile_steps") or 1)))
+    return out
+
+
+def print_classes(classes: dict[Key, dict[str, float]]) -> None:
+    terms = sorted({t for v in classes.values() for t in v if t != "count"})
+    print(f"  {'op class / phase':26s} {'ops':>5s} {'ms':>8s}  " + "  ".join(f"{t:>9s}" for t in terms))
+    for (cls, phase), v in sorted(classes.items(), key=lambda kv: -sum(s for t, s in kv[1].items() if t != "count")):
+        total = sum(s for t, s in v.items() if t != "count")
+        print(f"  {cls + ' / ' + phase:26s} {int(v['count']):5d} {total * 1e3:8.3f}  "
+              + "  ".join(f"{v.get(t, 0.0) * 1e3:9.3f}" for t in terms))
+    sums = [sum(v.get(t, 0.0) for v in classes.values()) for t in terms]
+    print(f"  {'sum':26s} {'':5s} {sum(sums) * 1e3:8.3f}  " + "  ".join(f"{s * 1e3:9.3f}" for s in sums))
+
+
+def print_against_run(rows: list[tuple[Any, int, dict[str, float]]], recorded: dict[OpKey, tuple[float, float]]) -> None:
+    """Each recorded op beside the predicted op of the same class, phase and dims (per occurrence)."""
+    predicted: dict[OpKey, tuple[float, int, str]] = {}
+    for op, n, parts in rows:
+        if op.collective is None and op.op_class != "optimizer":
+            key = op_key(op.op_class, op.phase, dict(op.dims))
+            s, count, name = predicted.get(key, (sum(parts.values()), 0, op.name))
+            predicted[key] = (s, count + n, name)
+    print(f"\n  {'op (class, phase, dims)':62s} {'predicted':>9s} {'recorded':>9s} {'ratio':>6s}  per step: predicted / recorded")
+    matched = [0.0, 0.0]
+    for key in sorted(set(predicted) | set(recorded), key=str):
+        p_s, p_n, name = predicted.get(key, (0.0, 0, "-"))
+        r_s, r_n = recorded.get(key, (0.0, 0.0))
+        ratio = f"{r_s / p_s:6.2f}" if p_s and r_s else "     -"
+        label = f"{key[0]} {key[1]} {dict(key[2])}"[:62]
+        print(f"  {label:62s} {p_s * 1e3:9.3f} {r_s * 1e3:9.3f} {ratio}  {p_n:3d} / {r_n:4.1f}  {name}")
+        if p_s and r_s:
+            matched[0] += p_n * p_s
+            matched[1] += p_n * r_s
+    print(f"  ops in both, per step: predicted {matched[0] * 1e3:.2f} ms, recorded {matched[1] * 1e3:.2f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("index", type=int, choices=range(len(CONFIGS)), metavar="INDEX")
+    ap.add_argument("--home", type=Path, default=Path.home() / ".cache" / "llmperf-cpu-testbed")
+    ap.add_argument("--run-dir", type=Path, help="a --profile-ops run of the same configuration")
+    args = ap.parse_args()
+    os.environ["LLMPERF_HOME"] = str(args.home.expanduser().resolve())
+    cfg = CONFIGS[args.index]
+    rows = list(step_ops(cfg, args.home / "work-breakdown" / f"c{args.index}"))
+    print(f"{args.index} {cfg.label()}: predicted per step, ms (rank 0; {args.home})")
+    print_classes(by_class(iter(rows)))
+    if args.run_dir:
+        print_against_run(rows, recorded_ops(args.run_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
