@@ -48,7 +48,7 @@ def test_a_jobs_folder_given_as_run_dir_names_the_run_directory(tmp_path: Path) 
     (tmp_path / "empty").mkdir()
     for folder, said in ((hook.parent, "inside the run directory"), (hook, "inside the run directory"),
                          (run / "jobs", "inside the run directory"),
-                         (tmp_path / "empty", "the job recorded no step")):
+                         (tmp_path / "empty", "it is no run directory")):  # no jobs/, no session.json
         done = subprocess.run([sys.executable, "-m", "llmperf_hook", "refine", str(folder)], env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
