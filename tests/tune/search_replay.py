@@ -24,7 +24,8 @@ def _same_columns(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> b
 @dataclass(frozen=True)
 class _Search:
     inputs: tuple
-    """(cfg, cluster, table size before merging, top_k, margin, predict, validate, memory, environment, folder)."""
+    """(cfg, cluster, table size before merging, top_k, margin, predict, validate, memory, node range, environment,
+    folder)."""
     columns: Mapping[str, np.ndarray]
     masks: Mapping[str, np.ndarray]
     result: Any
@@ -39,16 +40,19 @@ class SearchReplay:
         self.replayed = 0
 
     def __call__(self, cfg: Any, cluster: Any, table: Any, *, top_k: int, margin: float, predict: Any,
-                 validate: Any, memory: Any = None, command_rules: Any = None) -> Any:
+                 validate: Any, memory: Any = None, command_rules: Any = None, elastic: Any = None) -> Any:
         masks = command_rules(table.columns) if command_rules else {}
-        inputs = (cfg, cluster, table.num_generated, top_k, margin, predict, validate, memory, dict(os.environ),
-                  os.getcwd())
+        # an elastic range's memory rule (tune/elastic.ElasticMemory) wraps the same memory model in a new closure
+        # each call: compared by its range
+        node_range = None if elastic is None else (elastic.least_nnodes, elastic.nnodes, elastic.slurm)
+        inputs = (cfg, cluster, table.num_generated, top_k, margin, predict, validate, memory, node_range,
+                  dict(os.environ), os.getcwd())
         for done in self.done:
             if (done.inputs == inputs and _same_columns(done.columns, table.columns)
                     and _same_columns(done.masks, masks)):
                 self.replayed += 1
                 return done.result
         result = self.search(cfg, cluster, table, top_k=top_k, margin=margin, predict=predict, validate=validate,
-                             memory=memory, command_rules=command_rules)
+                             memory=memory, command_rules=command_rules, elastic=elastic)
         self.done.append(_Search(inputs, table.columns, masks, result))
         return result
