@@ -30,7 +30,8 @@ from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, ap
                                              python_code_step, script_file, shell_commands)
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.script_launch import ScriptLaunch, ScriptRun
-from llmperf_hook.launch.script_stops import bare_names, exit_refusal, stop_on_nounset, stop_on_unset
+from llmperf_hook.launch.script_stops import (bare_names, exit_refusal, stop_on_nounset, stop_on_unset,
+                                             stop_on_unset_element)
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
 from llmperf_hook.launch.script_file_writes import FileWrites
@@ -58,8 +59,9 @@ from llmperf_hook.launch.shell_function_output import function_substitution
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 from llmperf_hook.launch.subshell_state import end_subshell, forked_state
-from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, launch_words, note_array_assigned,
-                                                    note_branch_values, settle_branches)
+from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, end_branch, launch_words,
+                                                    note_array_assigned, note_branch_values, settle_branches,
+                                                    start_branches)
 from llmperf_hook.launch.undecided_options import argument_options, undecided_options
 
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
@@ -129,6 +131,11 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     """The names the script (and each file it sources) writes bare (script_stops.bare_names), which `set -u` spares."""
     unread_sources: bool = False
     """A file the script sources was not there to read: what it sets is not known (`set -u` refuses nothing then)."""
+    loose_arrays: set[str] = field(default_factory=set)
+    """Arrays assigned in a loop or `case` body read once, or given words only running expands (`A=($(ls))`, a glob):
+    how many elements they hold only running tells, so `set -u` spares their elements (script_stops)."""
+    background: bool = False
+    """A command read so far runs in the background (`... &`): `$!` may be set (set -u spares it from there)."""
     listed_on: bool = False
     """The command being read is followed by `&&`, `||` or `|` on its line: its failure ends no script (set -e)."""
 
@@ -257,6 +264,11 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if not (ARRAY_ASSIGN.match(text) and not self.launches and self.conditions.running() and
                 self.assign_array(text)):
             return False
+        name = ARRAY_ASSIGN.match(text).group(1)  # type: ignore[union-attr]
+        if self.conditions.uncertain() or re.search(r"[$`*?\[]", "".join(self.arrays.get(name, []))):
+            self.loose_arrays.add(name)
+        elif not ARRAY_ASSIGN.match(text).group(2):  # type: ignore[union-attr]
+            self.loose_arrays.discard(name)
         if self.conditions.in_undecided_branch():
             self.undecided.setdefault(self.where(line), line.text)
             note_array_assigned(self.conditions, text, self.arrays, self.where(line))
@@ -269,6 +281,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         """Read the commands of `text` in order, each test of a condition with the list operator before it (an `if
         A || B` is decided as bash runs it, shell_conditions._status); the pipelines read."""
         listed, subshell = command_list(text), self.subshell
+        self.background |= in_background(text) or any(joined == "&" for joined, _ in listed)  # `$!` is set from here
         for n, (joined, pipeline) in enumerate(listed):
             lastpipe = self.lastpipe and not self.monitor  # `shopt -s lastpipe; cat f | read TP` on one line
             for k, (command, forked) in enumerate(zip(pipeline, forks(listed, n, text, lastpipe))):
@@ -293,24 +306,27 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
 
     def command(self, line: ScriptLine, text: str) -> None:
         """Read one simple command; a variable it leaves unknown is noted with the line (unknown_value_note)."""
+        end_branch(self.conditions, self, text)  # `else`: read from the values before the `if`
         unknown = set(self.undecidable)
         before = dict(self.env) if self.conditions.in_undecided_branch() or BRANCH_WORD.match(text) else None
         try:
             self.simple_command(line, text)
         finally:
+            start_branches(self.conditions, self)
             for name in self.undecidable - unknown:
                 self.unknown_at[name] = f"{self.where(line)} (`{line.text.strip()[:70]}`)"
             fresh = self.undecidable - unknown
-            settle_branches(self.conditions, self.env, self.undecidable, self.unknown_at, self.branch_values,
-                            self.arrays)
+            settled = settle_branches(self.conditions, self)
             if before is not None:
-                note_branch_values(self.conditions, before, self.env, self.undecidable, fresh, self.where(line), text)
+                note_branch_values(self.conditions, before, self.env, self.undecidable, fresh, self.where(line), text,
+                                   settled)
 
     def simple_command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
             text = decode_ansi_c(text)
         text = protect_literal_dollars(plain_heredoc_operators(text) if line.heredoc is not None else text)
         text = NAME_BEFORE_QUOTE.sub(r"${\1}", text)
+        written = text  # before its elements and `$#` are expanded (check_nounset)
         if self.arrays or self.assoc or "[@]}" in text or "[*]}" in text or "${@:" in text or "${*:" in text:
             text = self.expand_arrays(text)
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
@@ -341,7 +357,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             test = self.arithmetic_test(words, test)
         stepped = self.conditions.step(words, test, condition_expander(self.undecidable, self.expand))
         if not stepped and self.conditions.tests_surely():  # `if [ -n "$CKPT" ]`: bash expands the test it reaches
-            self.check_nounset(line, text)
+            self.check_nounset(line, text, written)
         if self.shell[0] == "dash" and not self.launches:
             self.refuse_bash_only(line, text, bool(stepped) or (running and self.conditions.reading()))
         if stepped and self.array_assignment(line, after_keywords(text, len(words) - len(stepped))):
@@ -350,9 +366,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             words, text = stepped, shlex.join(stepped)
         if words and self.conditions.undecided and not self.launches:
             self.undecided.setdefault(self.where(line), line.text)
-        elif words and not (self.launches or self.subshell):  # `: ${DATA:?set DATA}` surely runs: bash stops there
-            stop_on_unset(words, self.env, self.positional, self.undecidable, self.stops_at(line))
-            self.check_nounset(line, text)
+        if words and self.conditions.surely and not (self.launches or self.subshell):  # `: ${DATA:?set DATA}`
+            stop_on_unset(words, self.env, self.positional, self.undecidable, self.stops_at(line))  # bash stops there
+            self.check_nounset(line, text, written)
         if not self.launches and self.loop_exit(words, line):
             return
         if not self.launches:
@@ -397,13 +413,16 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         else:
             self.other_command(line, text, words, writes, heredoc)
 
-    def check_nounset(self, line: ScriptLine, text: str) -> None:
-        """Under `set -u`, refuse the command `text` that surely runs before the launch (or is it) where it expands an
-        unset variable (script_stops.stop_on_nounset). A file not read, or an eval of what only running gives (`eval
-        "$(conda shell.bash hook)"`), may set anything: nothing is refused then."""
+    def check_nounset(self, line: ScriptLine, text: str, written: str) -> None:
+        """Under `set -u`, refuse the command `text` (`written`: as written, its array elements not yet expanded) that
+        surely runs before the launch (or is it) where it expands an unset variable or array element, or `$!` before
+        any command ran in the background (script_stops.stop_on_nounset, stop_on_unset_element). A file not read, or
+        an eval of what only running gives (`eval "$(conda shell.bash hook)"`), may set anything: nothing is refused
+        then."""
         if self.nounset and not (self.launches or self.subshell or self.unread_sources or self.unevaluated):
-            stop_on_nounset(text, self.env, self.positional, self.undecidable | self.written | set(self.arrays),
-                            self.stops_at(line))
+            known = self.undecidable | self.written | set(self.arrays)
+            stop_on_nounset(text, self.env, self.positional, known, self.stops_at(line))
+            stop_on_unset_element(written, self, self.stops_at(line))
 
     def stops_at(self, line: ScriptLine) -> str:
         """How a refusal of a line where bash ends the script begins (script_stops): the script, line and text."""

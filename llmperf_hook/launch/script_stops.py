@@ -18,7 +18,7 @@ llmperf cannot tell runs (an undecided branch, a loop body) is passed over, as a
 from __future__ import annotations
 
 import re
-from typing import AbstractSet, Mapping, Sequence
+from typing import AbstractSet, Any, Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import ENV_REF, in_command_substitution
@@ -130,6 +130,63 @@ def stop_on_nounset(text: str, env: Mapping[str, str], positional: Mapping[str, 
     fix = (f"give the script its argument {name[1:]} after its path" if name.startswith("$") else
            f"set {name} in the environment llmperf reads the script in (`{name}=... llmperf ...`) or give it a default "
            f"in the script (`${{{name}:-...}}`)")
+    raise UsageError(f"{at}: `{found}` expands {name}, which is not set, while `set -u` (nounset) is on, so bash "
+                     f"prints '{name}: unbound variable' and ends the script there, before its launch (bash manual "
+                     f"4.3.1). To predict the job, {fix}, or give its launch line after `--`.")
+
+
+_ELEMENT = re.compile(r"\$\{([A-Za-z_]\w*)\[(-?\d+|[\w.-]+)\]\}|\$(?:!|\{!\})")
+"""`${NAME[N]}`, `${NAME[KEY]}` (a literal subscript), and `$!` / `${!}`: what set -u also checks."""
+
+
+def unset_element(text: str, reading: Any) -> tuple[str, str] | None:
+    """The first of these in the command `text` (its `$` as bash expands it: shell_script.protect_literal_dollars)
+    that bash 5.2 rejects under `set -u`, and what it names: an element an indexed array (dense, as the reading keeps it)
+    lacks (`${A[5]}` of `A=(x)`: 'A[5]: unbound variable'; `${A[-2]}`: 'bad array subscript', which ends the script
+    too), a key an associative array lacks, `${X[N]}` (N > 0) of a plain variable, `${NAME[N]}` of a name set
+    nowhere, and `$!` before any command ran in the background (bash manual 3.4.2: the process id of the job most
+    recently placed into the background). `${#A[N]}` (0), `${A[@]}` / `${A[*]}`, an element behind an operator
+    (`${A[5]:-}`) and `${#B[@]}` of an unset B (bash prints 'B: unbound variable' but goes on) do not stop a script
+    (bash manual 4.3.1 `-u`, each checked with bash 5.2.15). A name whose elements only running the script gives, or
+    that it writes where the reading does not follow, is spared."""
+    for found in _ELEMENT.finditer(text):
+        if in_command_substitution(text, found.start()):
+            continue
+        name, subscript = found.groups()
+        if name is None:
+            if not reading.background:
+                return found.group(0), "$!" if found.group(0) == "$!" else "!"
+            continue
+        if name in reading.undecidable or name in reading.unknown_heads or name in reading.loose_arrays or \
+                name in BASH_SETS or name.startswith("SLURM_"):
+            continue
+        if _unset_element(reading, name, subscript):
+            return found.group(0), f"{name}[{subscript}]"
+    return None
+
+
+def _unset_element(reading: Any, name: str, subscript: str) -> bool:
+    if name in reading.assoc:
+        return subscript not in reading.assoc[name]
+    if not re.fullmatch(r"-?\d+", subscript):
+        return False  # an indexed array's subscript is arithmetic: `${A[i]}` reads i
+    index = int(subscript)
+    if name in reading.arrays:
+        return not -len(reading.arrays[name]) <= index < len(reading.arrays[name])
+    if name in reading.env:
+        return index > 0  # a plain variable is element 0 of itself
+    return name not in reading.written
+
+
+def stop_on_unset_element(text: str, reading: Any, at: str) -> None:
+    """Refuse (exit 2) a command that surely runs before the launch (or is it) and expands what unset_element finds,
+    while `set -u` is on: bash prints '...: unbound variable' and ends the script there."""
+    unbound = unset_element(text, reading)
+    if unbound is None:
+        return
+    found, name = unbound
+    fix = ("start the command whose process id it means with `&` before it, or write `${!:-}`" if "!" in name else
+           f"give {name} a value before that line, or a default (`${{{name}:-...}}`)")
     raise UsageError(f"{at}: `{found}` expands {name}, which is not set, while `set -u` (nounset) is on, so bash "
                      f"prints '{name}: unbound variable' and ends the script there, before its launch (bash manual "
                      f"4.3.1). To predict the job, {fix}, or give its launch line after `--`.")

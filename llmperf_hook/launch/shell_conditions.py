@@ -6,8 +6,9 @@ parallel"; fi`). Reading every branch applied the assignments of all of them. A 
 script's variables (bash manual 6.4 Bash Conditional Expressions: `[ A = B ]`, `[[ A == B ]]`, `test`, `!`,
 -z / -n, -eq / -ne / -gt / -ge / -lt / -le) selects its branch; anything else (a command's exit status, a file
 test, a variable only a command substitution sets) leaves the branch undecided, and an undecided branch is read as
-before: its assignments applied, except that a variable two of its branches set to different values is undecided
-after `fi` (launch/undecided_branches.py; bash keeps one of them, which only running the script tells). Loops are
+before: its assignments applied, each branch from the values before the `if`, and a variable two of its branches
+leave different is undecided after `fi` (launch/undecided_branches.py; bash keeps one of them, which only running the
+script tells). Loops are
 not run: `while [[ $# -gt 0 ]]` that bash would not enter (no arguments) is skipped, and a variable assigned inside
 a loop that runs is unknown afterwards, so a launch using it says so instead of taking one pass's value. A `case` on a word the script sets runs its first arm whose glob pattern
 matches (Megatron-LM's mamba example: `case "${MODEL_SCALE}" in "800M") ...`); on a word it does not know
@@ -20,7 +21,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from llmperf_hook.launch.extglob import extglob_match
 from llmperf_hook.launch.shell_arithmetic import arithmetic
@@ -75,6 +76,19 @@ class _Frame:
     exits: set[int] = field(default_factory=set)
     """An undecided `if`'s: the branches that end the script (an `exit` among their own commands), after which no
     value they set is read."""
+    enters: bool = False
+    """A loop's: bash surely runs its body once (a `while` test true, an `until` test false, a `for` over a word that
+    is no expansion), each command of that first pass up to a `break` / `continue` / `return` in it (left)."""
+    left: bool = False
+    """A loop's: a `break`, `continue` or `return` in its body has been read, after which its commands may not run."""
+    skipped: set[int] = field(default_factory=set)
+    """An undecided `if`'s: the branches decided not to run (an `elif` whose test fails), no way through it."""
+    start: dict[str, Any] | None = None
+    """An `if`'s: the script's variables as its first test leaves them (undecided_branches.start_branches), which each
+    branch starts from: bash reads an `elif` / `else` only where the branches before it did not run."""
+    ends: list[dict[str, Any]] = field(default_factory=list)
+    """An undecided `if`'s: the variables each of its branches that goes on past the `fi` left (end_branch), which
+    settle_branches merges there."""
 
 
 def _status(parts: list[tuple[str, bool | None]]) -> bool | None:
@@ -325,6 +339,21 @@ def _open_arm(frame: _Frame, pattern_words: list[str], word: Callable[[str], str
     frame.uncertain = frame.uncertain or frame.active is None
 
 
+def _runs_surely(frame: _Frame) -> bool:
+    """Whether a command read in `frame` surely runs, as far as that block says: a branch or `case` arm decided to
+    run, or the first pass of a loop bash surely enters, before any `break` / `continue` / `return` in its body."""
+    if frame.gate is not True or frame.reading:
+        return False
+    return frame.active is True or (frame.active is None and frame.enters and not frame.left and
+                                    frame.kind in ("while", "until", "for"))
+
+
+def _for_enters(words: list[str]) -> bool:
+    """`for NAME in WORDS`: a word with no expansion (`1`, `""`) surely gives the loop one pass at least (bash manual
+    3.2.5.1; brace expansion gives one word or more)."""
+    return len(words) > 3 and words[2] == "in" and any(not set(word) & set("$`*?[") for word in words[3:])
+
+
 def _taken(frame: _Frame) -> bool | None:
     """Whether a branch so far ran: once one surely ran the rest cannot; undecided while one might have."""
     if frame.taken is True or frame.active is True:
@@ -348,6 +377,9 @@ class Conditions:
         undecided `if` branch, a loop or `case` body that may run, or after `&&` / `||` on an undecided status."""
         self.last_joined = ";"
         """The list operator before the command `step` last let through."""
+        self.surely = True
+        """The command `step` last let through surely runs where it is read: no undecided list status before it, and
+        every block around it runs (_runs_surely), so bash expands its words (`set -u` stops at an unset one)."""
 
     def join(self, operator: str, line_end: bool = False) -> None:
         """The operator before the next command (shell_script.command_list): `""` starts a line, which goes on with
@@ -373,11 +405,12 @@ class Conditions:
     def tests_surely(self) -> bool:
         """Whether the command just read is part of the test of an `if` / `while` / `until` bash surely reaches: every
         block around it runs (decided), and no list operator before it may skip it (bash expands that test, so `set
-        -u` stops at an unset variable in it; an `elif`'s test runs only where the tests before it failed)."""
+        -u` stops at an unset variable in it; an `elif`'s test runs only where the tests before it failed, and a loop's
+        body only where bash surely enters it)."""
         if not self.frames or self.frames[-1].kind not in ("if", "while", "until") or not self.frames[-1].reading or \
-                self.frames[-1].branch:
-            return False
-        return self.frames[-1].gate is True and all(f.active is True and f.gate is True for f in self.frames[:-1])
+                (self.frames[-1].branch and self.frames[-1].taken is not False):
+            return False  # an `elif`'s test runs where every test before it surely failed
+        return self.frames[-1].gate is True and all(map(_runs_surely, self.frames[:-1]))
 
     def in_case(self) -> bool:
         """Whether the innermost block is a `case` body (a line may start with an arm's pattern)."""
@@ -416,8 +449,9 @@ class Conditions:
             return []
         gate = True if joined not in ("&&", "||") or self.reading() else \
             None if self.listed is None else self.listed is (joined == "&&")
-        self.undecided = (joined in ("&&", "||") and self.listed is None and not self.reading()) or \
-            self.in_undecided_branch()
+        listed_undecided = joined in ("&&", "||") and self.listed is None and not self.reading()
+        self.undecided = listed_undecided or self.in_undecided_branch()
+        self.surely = not listed_undecided and all(map(_runs_surely, self.frames))
         self.listed = None if joined == "|" or head in _KEYWORDS or self.reading() else test(words)
         if head == "{":  # `mkdir -p X || {` newline `exit 1` newline `}`: the group runs as the list's status says
             self.frames.append(_Frame(reading=False, active=True, kind="{", gate=gate, before=before))
@@ -428,7 +462,8 @@ class Conditions:
             return self.step(words[1:], test, word) if words[1:] else []
         if head in ("if", "while", "until", "for"):  # a test bash does not run (in a branch that does not) is not
             tested = None if head == "for" or not self.running() else test(words[1:])  # expanded: no `${A:=x}`
-            self.frames.append(_Frame(parts=[("", tested)], kind=head, gate=gate))
+            self.frames.append(_Frame(parts=[("", tested)], kind=head, gate=gate,
+                                      enters=head == "for" and _for_enters(words)))
             return []
         if head == "case":  # `case WORD in`, its arms possibly on the same line (`case $M in 7B) TP=2;; esac`)
             subject = word(words[1]) if len(words) > 1 else None
@@ -455,8 +490,11 @@ class Conditions:
             frame.taken, frame.branch, frame.has_else = _taken(frame), frame.branch + 1, True
             frame.active = False if frame.taken else (None if frame.taken is None else True)
         elif head in ("fi", "done", "esac"):
-            self.closed += [closed for closed in [self.frames.pop()] if closed.assigned]
+            self.closed += [closed for closed in [self.frames.pop()] if closed.assigned or closed.ends or closed.exits]
         else:
+            if head in ("break", "continue", "return") and self.running():
+                for loop in self.frames:
+                    loop.left = True
             return words if self.running() else []
         return self.step(words[1:], test, word)  # `then if ...`, `else if ...`, `do if ...`: bash reads on
 
@@ -473,6 +511,7 @@ class Conditions:
         if frame.kind in ("while", "until", "for"):
             skipped = condition is False if frame.kind == "while" else condition is True if frame.kind == "until" \
                 else False
+            frame.enters = frame.enters or (frame.kind != "for" and condition is (frame.kind == "while"))
             frame.active, frame.uncertain = (False, False) if skipped else (None, True)
         elif frame.taken:
             frame.active = False

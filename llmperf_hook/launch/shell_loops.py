@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from llmperf_hook.launch.brace_expansion import brace_expand
 from llmperf_hook.launch.shell_script import ScriptLine, quoted_words, shell_split, word_quoting
 
 MAX_PASSES = 256
@@ -37,10 +38,7 @@ _DONE = re.compile(r"(?:^|[;&|\s])done(?=$|[;&|\s<>)])")
 _DONE_LINE = re.compile(r"^\s*done(?:\s*(?:\d*>>?|<)\s*\S+)*\s*$")
 """The `done` that ends a loop read pass by pass: alone, or with redirections only (which run no subshell)."""
 _EARLY_EXIT = re.compile(r"(?<![\w$./-])return(?![\w=./-])")
-_SEQUENCE = re.compile(r"^([^{}]*)\{(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?\}([^{}]*)$")
-_LIST = re.compile(r"^([^{}]*)\{([^{}]*,[^{}]*)\}([^{}]*)$")
 _ANY_BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
-_ZERO_PADDED = re.compile(r"^-?0\d")
 _BACKGROUND = re.compile(r"(?<![&|>])&\s*(?:#[^'\"]*)?$")
 
 
@@ -93,36 +91,21 @@ def for_loop(lines: Sequence[ScriptLine], i: int) -> ForLoop | None:
     return None
 
 
-def _braces(word: str) -> list[str] | None:
-    """bash's brace expansion of one word (3.5.1): an `{A..B}` / `{A..B..STEP}` integer sequence (either direction)
-    or an `{a,b,c}` list, with what stands before and after it; the word itself when it has none. None for the forms
-    llmperf does not expand (letters, zero-padded numbers, several or nested braces): a wrong word is worse than
-    none."""
-    sequence = _SEQUENCE.match(word)
-    if sequence is not None and not any(_ZERO_PADDED.match(sequence.group(k) or "") for k in (2, 3)):
-        first, last = int(sequence.group(2)), int(sequence.group(3))
-        step = abs(int(sequence.group(4) or 1)) or 1
-        numbers = range(first, last + 1, step) if first <= last else range(first, last - 1, -step)
-        return [f"{sequence.group(1)}{n}{sequence.group(5)}" for n in numbers]
-    listed = _LIST.match(word)
-    if listed is not None:
-        return [f"{listed.group(1)}{item}{listed.group(3)}" for item in listed.group(2).split(",")]
-    return None if _ANY_BRACES.search(word) else [word]
-
-
 def brace_expanded(words: list[str], quoted: list[bool]) -> tuple[list[str], list[bool]]:
     """A command's words (with their quoted_words marks) after bash's brace expansion (3.5.1), which comes before
     every other expansion: `--data-path {a,b}_text` is two words. A word with any quoting, an assignment (`X={a,b}`
-    is not expanded), one holding `${` or `$(`, or a form _braces leaves alone stays as it is."""
+    is not expanded), one holding `${` or `$(`, or one brace_expansion leaves alone stays as it is; an empty word it
+    gives is removed, as bash removes an unquoted empty word (`{,}`: none, `a{,b}`: a ab)."""
     if len(quoted) != len(words) or not any("{" in word for word in words):
         return words, quoted
     out: list[str] = []
     marks: list[bool] = []
     for word, mark in zip(words, quoted):
         braced = None if mark or "${" in word or "$(" in word or re.match(r"[A-Za-z_]\w*\+?=", word) else \
-            _braces(word)
-        out.extend(braced or [word])
-        marks.extend([mark] * len(braced or [word]))
+            brace_expand(word)
+        kept = [word] if braced is None else [each for each in braced if each]
+        out.extend(kept)
+        marks.extend([mark] * len(kept))
     return out, marks
 
 
@@ -153,7 +136,7 @@ def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[
             return None
         if word.startswith("~") and not any_quote:  # tilde expansion (3.5.2): the home folder where it runs
             return None
-        braced_words = _braces(word) if unquoted is False and not any_quote else [word]
+        braced_words = brace_expand(word) if unquoted is False and not any_quote else [word]
         if braced_words is None:
             return None
         for braced in braced_words:

@@ -244,7 +244,9 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         at = found.start()  # the opening quote itself is not 'outside': the blank before it is
         return shlex.join(args) if at < end and (at == 0 or outside[at - 1]) else found.group(0)
 
-    return _WORD_REF.sub(fields, _QUOTED_ALL.sub(each_arg, text))
+    text = _QUOTED_ALL.sub(each_arg, text)
+    outside, _, end = _scan(text)  # where the words stand now: `"$@" $*` with no arguments moved `$*` back
+    return _WORD_REF.sub(fields, text)
 
 
 def plain_heredoc_operators(text: str) -> str:

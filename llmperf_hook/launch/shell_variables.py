@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from llmperf_hook.launch.argv_words import expand_env_refs
+from llmperf_hook.launch.brace_expansion import brace_expand
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
 from llmperf_hook.launch.shell_associative import (ASSOCIATIVE_DECLARE, assign_pairs, associative_values,
                                                    expand_items)
 from llmperf_hook.launch.shell_conditions import ASSIGNMENT_WORD
 from llmperf_hook.launch.shell_positional import expand_positional
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars,
-                                              shell_split, word_quoting)
+                                              quoted_words, shell_split, word_quoting)
 from llmperf_hook.launch.sizing import PRICED_ENV
 from llmperf_hook.launch.undecided_branches import BRANCHES
 
@@ -220,15 +221,20 @@ class ShellVariables:
         empty one gives no element (bash manual 3.5.7; Megatron-LM's `--save $CHECKPOINT_PATH` without $1); a word
         quoted across lines is taken as written. None when the words cannot be split."""
         try:
-            lines = [(shell_split(piece), word_quoting(piece)) for piece in inner.split("\n")]
+            lines = [(shell_split(piece), word_quoting(piece), quoted_words(piece)) for piece in inner.split("\n")]
         except ValueError:
             try:
                 return [self.expand(word) for word in shlex.split(inner, comments=True)]
             except ValueError:
                 return None
         out: list[str] = []
-        for words, quoting in lines:
-            for word, unquoted in zip(words, quoting if len(quoting) == len(words) else [None] * len(words)):
+        for words, quoting, quoted in lines:
+            known = len(quoting) == len(words) == len(quoted)
+            for word, unquoted, marked in zip(words, quoting if known else [None] * len(words), quoted if known else
+                                              [True] * len(words)):
+                if not marked and "{" in word and "$" not in word:  # `A=({1..3})`: 1 2 3 (bash manual 3.5.1)
+                    out.extend(each for each in brace_expand(word) or [word] if each)
+                    continue
                 if word in ("$@", "${@}"):  # `ARGS=("$@")`: one element per argument (bash manual 3.4.2)
                     out.extend(field for arg in self.args() for field in (arg.split() if unquoted else [arg]))
                     continue

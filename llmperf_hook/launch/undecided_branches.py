@@ -1,16 +1,17 @@
 """A variable set in two branches of an `if` llmperf cannot decide: what both agree on, else undecided.
 
 llmperf reads every branch of an `if` whose condition only running the script tells (`if nvidia-smi | grep -q H100;
-then TP=2; else TP=4; fi`), since any may run. Applying their assignments in order left the last branch's value (TP=4)
-as if bash always took the `else`. bash runs one branch (bash manual 3.2.5.2 Conditional Constructs), so after `fi`
-the variable holds the value of the branch that ran: the same whatever runs when the branches agree (kept), else
-one llmperf cannot know. Such a variable is made undecidable, as one set from a command's output is: a test on it is
-not decided, and a launch reading it says where the branches set it (batch_script.launch: `unknown`). A variable only
-one branch sets keeps the value it reads as (the project's reading of an undecided branch, shell_conditions); the
-precision flags that two branches append to one array are settled by frameworks/megatron_undecided_precision.py: the
-flag of the branch read first, with a warning. A variable whose branches give only flags (`PREC=--bf16` / `PREC=--fp16`)
-and which the launch line expands as a word of its own takes the same rule (launch_words): left unexpanded, it
-priced the job with neither flag (fp32), which no branch runs.
+then TP=2; else TP=4; fi`), since any may run. bash runs one branch (bash manual 3.2.5.2 Conditional Constructs), so
+each branch is read from the variables as they were before the `if` (start_branches, end_branch: the `else`, and an
+`elif`'s test, never see what the `then` set), and after `fi` a variable holds the value of the way through that ran:
+the same whatever runs when every way agrees (kept), else one llmperf cannot know. Such a variable is made
+undecidable, as one set from a command's output is: a test on it is not decided, and a launch reading it says where
+each way sets it (batch_script.launch: `unknown`); a way is a branch that does not exit, and the value from before
+the `if` where no `else` runs. Arrays the branches only append to keep every branch's elements, so the precision flags
+that two branches append to one array are settled by frameworks/megatron_undecided_precision.py: the flag of the
+branch read first, with a warning. A variable whose branches give only flags (`PREC=--bf16` / `PREC=--fp16`) and which
+the launch line expands as a word of its own takes the same rule (launch_words): left unexpanded, it priced the job
+with neither flag (fp32), which no branch runs.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import re
 import shlex
 from typing import Any
 
+from llmperf_hook.launch.shell_associative import forget
 from llmperf_hook.launch.shell_conditions import Conditions
 from llmperf_hook.launch.shell_script import ARRAY_ASSIGN
+from llmperf_hook.launch.subshell_state import end_subshell
 
 BRANCHES = "branches of an `if` llmperf cannot decide (bash runs one; which, only running the script tells)"
 """How a variable set apart by such branches is described where it was set (ScriptLaunch.unknown)."""
@@ -38,11 +41,13 @@ BRANCH_WORD = re.compile(r"\s*(?:then|elif|else)\b")
 
 
 def note_branch_values(conditions: Conditions, before: dict[str, str], env: dict[str, str], undecidable: set[str],
-                       fresh: set[str], where: str, text: str = "") -> None:
+                       fresh: set[str], where: str, text: str = "", settled: set[str] = frozenset()) -> None:
     """Each variable a command changed (`before`: the variables before it; `fresh`: those it made undecidable, which
     may have been unset before), or that its text `text` assigns (`else NP=8` after `then NP=8`), kept with the
-    undecided `if` branch it ran in (Conditions.note_assigned); None for a value only running the script gives."""
-    written = {name for name in _ASSIGNS.findall(text) if name in env or name in undecidable}
+    undecided `if` branch it ran in (Conditions.note_assigned); None for a value only running the script gives.
+    `settled`: the names an inner undecided `if` closed by the command settled (settle_branches), which its branch
+    assigned whether or not their value changed."""
+    written = {name for name in _ASSIGNS.findall(text) if name in env or name in undecidable} | settled
     for name in {name for name in set(before) | set(env) if before.get(name) != env.get(name)} | fresh | written:
         value = None if name in undecidable else env.get(name)
         if value is not None and set(_REFERENCE.findall(value)) & undecidable:  # `X=$NUM_GPUS`, NUM_GPUS unknown
@@ -59,40 +64,136 @@ def note_array_assigned(conditions: Conditions, text: str, arrays: dict[str, lis
         conditions.note_assigned(match.group(1), shlex.join(arrays[match.group(1)]), where)
 
 
-def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: set[str],
-                    unknown_at: dict[str, str], branch_values: dict[str, Branches],
-                    arrays: dict[str, list[str]]) -> None:
+def start_branches(conditions: Conditions, reading: Any) -> None:
+    """Each `if` just opened keeps the script's variables as its test leaves them (Frame.start)."""
+    for frame in conditions.frames:
+        if frame.kind == "if" and frame.start is None:
+            frame.start = _state(reading)
+
+
+def end_branch(conditions: Conditions, reading: Any, text: str) -> None:
+    """At the `elif` / `else` / `fi` (`text`) that ends an undecided branch of the innermost `if`: what that branch
+    leaves is kept for the `fi` (Frame.ends; not where it exits), and at `elif` / `else` the variables are put back as
+    the branch found them. bash runs one branch, so the next one (and an `elif`'s test) reads the values from before
+    the `if`, never the ones a branch before it set (bash manual 3.2.5.2: `elif` runs only where the test before it
+    failed): `if X; then NP=8; else NN=$NP; fi` gives NN the value NP had before the `if`."""
+    found = _NEXT_BRANCH.match(text)
+    frame = conditions.frames[-1] if conditions.frames else None
+    if found is None or frame is None or frame.kind != "if" or frame.start is None or frame.reading:
+        return
+    if frame.active is False:
+        frame.skipped.add(frame.branch)
+    if frame.active is not None:
+        return
+    if frame.branch not in frame.exits:
+        frame.ends.append(_state(reading))
+    if found.group(1) != "fi":
+        end_subshell(reading, _copied(frame.start))
+
+
+_NEXT_BRANCH = re.compile(r"\s*(elif|else|fi)(?![\w=+-])")
+_STATE = ("env", "undecidable", "arrays", "assoc", "unknown_heads")
+"""What of the script's state a branch starts from (batch_script._Reading's variables)."""
+
+
+def _state(reading: Any) -> dict[str, Any]:
+    return _copied({name: getattr(reading, name) for name in _STATE})
+
+
+def _copied(state: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `state` that nothing the reading changes in place reaches (faster than copy.deepcopy: values are
+    strings, lists and dicts of strings)."""
+    return {"env": dict(state["env"]), "undecidable": set(state["undecidable"]),
+            "arrays": {name: list(value) for name, value in state["arrays"].items()},
+            "assoc": {name: dict(value) for name, value in state["assoc"].items()},
+            "unknown_heads": set(state["unknown_heads"])}
+
+
+def settle_branches(conditions: Conditions, reading: Any) -> set[str]:
     """At the `fi` of each undecided `if` closed since the last call: a variable (or array, note_array_assigned)
     two branches left different makes it undecidable, with where each branch set it (for the message of a launch
-    that reads it) and what each set."""
+    that reads it) and what each set; one every way past the `fi` leaves alike takes that value. Returns the names
+    settled, which the enclosing undecided `if` counts as its branch's assignments."""
     closed, conditions.closed = conditions.closed, []
+    settled: set[str] = set()
     for frame in closed:
+        settled |= _merge_arrays(frame, reading) | set(frame.assigned)
         for name, by_branch in frame.assigned.items():
-            branches = _ways_through(frame, name, by_branch)
-            values = {value for value, _ in branches}
-            if len(values) == 1 and None not in values:  # every way past the `fi` gives it the same value
-                if name not in arrays:
-                    env[name] = next(iter(values))  # type: ignore[assignment]
-                    undecidable.discard(name)
-                continue
-            if len(branches) < 2 or not branches:
-                continue  # the way through sets it as read, or none goes on past the `fi`
-            env.pop(name, None)
-            arrays.pop(name, None)
-            undecidable.add(name)
-            branch_values[name] = branches
-            unknown_at[name] = f"{_branch_sets(name, branch_values[name])}, {BRANCHES}"
+            _settle(reading, name, _ways_through(frame, name, by_branch), _is_array(frame, name))
+    return settled
+
+
+def _settle(reading: Any, name: str, branches: Branches, array: bool) -> None:
+    """`name` (an `array`, or a variable) after the `fi`, from what each way through (`branches`) leaves in it."""
+    values = {value for value, _ in branches}
+    if len(values) == 1 and None not in values:  # every way past the `fi` gives it the same value
+        if array:
+            reading.arrays[name] = shlex.split(next(iter(values)))  # type: ignore[arg-type]
+        else:
+            reading.env[name] = next(iter(values))
+        reading.undecidable.discard(name)
+        return
+    if len(branches) == 1 and branches[0][1] == _UNSET:  # the one way on leaves it as it was: unset
+        reading.env.pop(name, None)
+        reading.arrays.pop(name, None)
+        reading.undecidable.discard(name)
+        return
+    if not branches:
+        return  # no way goes on past the `fi`
+    forget(reading, name)
+    if len(branches) > 1:
+        reading.branch_values[name] = branches
+        reading.unknown_at[name] = f"{_branch_sets(name, branches)}, {BRANCHES}"
+
+
+def _is_array(frame: Any, name: str) -> bool:
+    """Whether `name` is an indexed array where some way through the `if` leaves it (or before it)."""
+    return any(name in state["arrays"] for state in [*frame.ends, *([frame.start] if frame.start else [])])
+
+
+def _merge_arrays(frame: Any, reading: Any) -> set[str]:
+    """The arrays after the `fi` of an undecided `if` whose branches each started from the values before it
+    (Frame.ends, Frame.start), but those a branch assigns whole (note_array_assigned, which _settle settles): what
+    every way past the `fi` leaves alike stays; elements that branches only appended all stay, the branch read
+    first's first (frameworks/megatron_undecided_precision then settles two precision flags so added); an array the
+    ways leave otherwise apart is unknown. Returns the arrays so settled."""
+    ways = [*frame.ends, *([] if frame.has_else or frame.start is None else [frame.start])]
+    if frame.start is None or not ways or not (frame.ends or frame.exits):
+        return set()  # no way goes on past the `fi`, or no branch read undecided
+    names = set().union(*(way["arrays"] for way in ways), *(way["assoc"] for way in ways), reading.arrays,
+                        reading.assoc) - set(frame.assigned)
+    for name in names:
+        before = frame.start["arrays"].get(name) or []
+        values = [way["arrays"].get(name) for way in ways]
+        kinds = {name in way["assoc"] for way in ways}
+        if kinds == {True} and all(way["assoc"][name] == ways[0]["assoc"][name] for way in ways):
+            reading.assoc[name] = ways[0]["assoc"][name]
+        elif len(kinds) == 1 and all(value == values[0] for value in values):
+            _put(reading.arrays, name, values[0])
+        elif kinds == {False} and all((value or [])[:len(before)] == before for value in values):
+            reading.arrays[name] = before + [word for value in values for word in (value or [])[len(before):]]
+        else:
+            forget(reading, name)
+            reading.unknown_at.setdefault(name, BRANCHES)
+    reading.unknown_heads |= set().union(*(way["unknown_heads"] for way in ways))
+    return names
+
+
+def _put(found: dict[str, list[str]], name: str, value: list[str] | None) -> None:
+    if value is None:
+        found.pop(name, None)
+    else:
+        found[name] = value
 
 
 def _ways_through(frame: Any, name: str, by_branch: dict[int, tuple[str | None, str]]) -> Branches:
     """What each way through an undecided `if` that goes on past its `fi` leaves in `name`: each branch that does not
-    exit (bash manual 4.1 exit), its value where it set it, else the value from before the `if` (Frame.prior); and
-    that value too where no `else` runs when every test fails."""
-    prior = frame.prior.get(name)
-    kept = None if prior is None else (prior[0], _AS_BEFORE if prior[0] is not None else _UNSET)
+    exit (bash manual 4.1 exit), its value where it set it, else the value from before the `if` (Frame.start, else
+    Frame.prior); and that value too where no `else` runs when every test fails."""
+    kept = _kept(frame, name)
     out: list[tuple[str | None, str]] = []
     for branch in [*range(frame.branch + 1), *([] if frame.has_else else [-1])]:
-        if branch in frame.exits:
+        if branch in frame.exits or branch in frame.skipped:
             continue
         found = by_branch.get(branch, kept)
         if found is None:  # a value from before the `if` that was not kept (an array)
@@ -100,6 +201,20 @@ def _ways_through(frame: Any, name: str, by_branch: dict[int, tuple[str | None, 
         if found is not kept or kept not in out:
             out.append(found)
     return tuple(out)
+
+
+def _kept(frame: Any, name: str) -> tuple[str | None, str] | None:
+    """`name`'s value before the `if` (an array's: its elements as shell words; None: unset, or one only running
+    the script gives) and how to say so; None where no value from before the `if` was kept."""
+    if frame.start is not None:
+        if name in frame.start["arrays"]:
+            return shlex.join(frame.start["arrays"][name]), _AS_BEFORE
+        if name in frame.start["undecidable"] or name in frame.start["assoc"]:
+            return None, _AS_BEFORE  # a value only running the script gives, as before the `if`
+        value = frame.start["env"].get(name)
+        return value, _AS_BEFORE if value is not None else _UNSET
+    prior = frame.prior.get(name)
+    return None if prior is None else (prior[0], _AS_BEFORE if prior[0] is not None else _UNSET)
 
 
 _AS_BEFORE = "as before that `if` (where no branch that sets it runs)"

@@ -280,15 +280,13 @@ UNFOLLOWED_LOOPS = {
     "continue on a command's output": 'for i in 1 2 3; do\n  [ "$(hostname)" = n$i ] && continue\n  A="$A $i"\ndone',
     "return": 'f() {\n  for i in 1 2 3; do\n    A="$A $i"\n    return\n  done\n}\nf',
     "done in a pipe": 'for i in 1 2; do\n  A="$A $i"\ndone | cat',
-    "zero-padded sequence": 'for i in {01..03}; do\n  A="$A $i"\ndone',
-    "letter sequence": 'for i in {a..c}; do\n  A="$A $i"\ndone',
-    "two brace expressions": 'for i in {1,2}{a,b}; do\n  A="$A $i"\ndone',
     "quoted braces": 'for i in "{1..3}"; do\n  A="$A $i"\ndone',
     "an array's first item": 'L=(p q)\nfor i in ${L}; do\n  A="$A $i"\ndone',
     "a tilde": 'for i in ~/x; do\n  A="$A $i"\ndone',
     "the script's IFS": 'IFS=,\nL="1,2"\nfor i in $L; do\n  A="$A $i"\ndone\nunset IFS',
     "break 2 from a while read once": 'for i in 1 2; do\n  while true; do\n    break 2\n  done\n  A="$A $i"\ndone',
-}
+}  # zero-padded and letter sequences and two brace expressions in a word are expanded as bash does since H189
+# (launch/brace_expansion.py): their loops are read pass by pass, compared with bash in test_launch_front_end_h189
 
 
 @pytest.mark.parametrize("body", UNFOLLOWED_LOOPS.values(), ids=UNFOLLOWED_LOOPS.keys())
