@@ -109,7 +109,7 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
                              f"them, or profile operators in a separate run.")
         _run_comm(cluster_name, min_bytes, max_bytes, device)
         return
-    _check_operator_options(budget_min, for_job, job, model, store_path)
+    _check_operator_options(budget_min, for_job, job, model, store_path, ops_text)
     _check_single_process()
     from pathlib import Path
 
@@ -183,7 +183,7 @@ def _store_path(given: Any) -> Any:
 
 
 def _check_operator_options(budget_min: float, for_job: bool, job: tuple[str, ...], model: str | None,
-                            store_path: str | None) -> None:
+                            store_path: str | None, ops_text: str | None = None) -> None:
     """Options of an operator profile that contradict each other, or belong to --comm or --for alone."""
     if store_path is not None and not store_path.strip():  # `--store $STORE` with STORE unset: not the default store silently
         raise UsageError("--store '' names no file: give the SQLite store's path, or leave --store out for "
@@ -197,6 +197,7 @@ def _check_operator_options(budget_min: float, for_job: bool, job: tuple[str, ..
                          f"how long sampling runs, and its adaptive rounds go on until it is spent. Give the minutes "
                          f"you mean (3-10 fit a profile; the same command later adds samples and refits).")
     if job and not for_job:
+        _check_spaced_ops(ops_text, job)
         raise UsageError(f"unexpected arguments {' '.join(job)!r}: to sample a job's shapes first, write "
                          f"`llmperf profile --for -- <launch command>`.")
     if for_job and not job:
@@ -207,6 +208,18 @@ def _check_operator_options(budget_min: float, for_job: bool, job: tuple[str, ..
     if layout and not for_job:
         raise UsageError(f"{', '.join(layout)}: only used with --for (the layout of the job whose shapes are sampled "
                          f"first).")
+
+
+def _check_spaced_ops(ops_text: str | None, extra: tuple[str, ...]) -> None:
+    """`--ops gemm layernorm` (a space where the list takes commas) left 'layernorm' as an unexpected argument, and
+    the error spoke of --for."""
+    from llmperf_hook.profile.plan import CPU_RANGES
+
+    ops = [o for o in (a.strip(",").lower() for a in extra) if o]
+    if ops and all(o in CPU_RANGES for o in ops):
+        given = f"{ops_text.strip(',')}," if ops_text else ""
+        raise UsageError(f"unexpected arguments {' '.join(extra)!r}: op classes are given as one comma-separated "
+                         f"list, --ops {given}{','.join(ops)} (no spaces).")
 
 
 def _check_single_process() -> None:

@@ -117,13 +117,27 @@ def _validate(req: ProfileRequest) -> tuple[str, ...]:
     ops = req.ops or (plans.CPU_DEFAULT_OPS if req.device == "cpu" else tuple(plans.GPU_RANGES))
     unknown = [o for o in ops if o not in plans.CPU_RANGES]
     if unknown:
-        raise UsageError(f"--ops {','.join(unknown)}: unknown op class; choose from {', '.join(plans.CPU_RANGES)}.")
+        raise UsageError(f"--ops {','.join(unknown)}: unknown op class{_did_you_mean(unknown)}; choose from "
+                         f"{', '.join(plans.CPU_RANGES)} (comma-separated, e.g. --ops gemm,layernorm).")
     if req.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: torch sees no CUDA device here. Use --device cpu or run on a GPU node.")
     return tuple(ops)
+
+
+def _did_you_mean(unknown: Sequence[str]) -> str:
+    """' (layernrom -> layernorm)' for the names close to an op class (a typo, layer_norm, cross-entropy), and the
+    separator when one holds a space ('gemm layernorm' quoted: the list is comma-separated)."""
+    import difflib
+
+    close = {o: difflib.get_close_matches(o.replace("-", "_"), list(plans.CPU_RANGES), n=1, cutoff=0.7)
+             for o in unknown if " " not in o.strip()}
+    hints = [f"{o} -> {m[0]}" for o, m in close.items() if m]
+    if any(" " in o for o in unknown):
+        hints.append("op classes are separated by commas, not spaces")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _specs(req: ProfileRequest, ops: Sequence[str], rc: RooflineConstants, name: str) -> list[plans.SampleSpec]:
