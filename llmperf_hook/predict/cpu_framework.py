@@ -30,10 +30,12 @@ No file (any GPU profile): nothing changes. Only json is read here; no torch.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Iterable, Mapping
 
+from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Op
 from llmperf_hook.predict.host_issue import KERNELS_PER_PHASE
 
@@ -84,17 +86,46 @@ def find_cpu_framework_cost(hardware_name: str, dtype: str) -> CpuFrameworkCost 
         if (directory / "profile.json").is_file():
             if not path.is_file():
                 return None
-            entry = _read(str(path), path.stat().st_mtime_ns).get("dtypes", {}).get(dtype)
-            if not entry:
-                return None
-            return CpuFrameworkCost(float(entry["per_unit_s"]), float(entry["compute_scale"]),
-                                    float(entry["optimizer_per_tensor_s"]), float(entry["optimizer_per_param_s"]),
-                                    float(entry.get("per_byte_s", 0.0)),
-                                    {str(k): float(v) for k, v in entry.get("concurrency_slowdown", {}).items()},
-                                    {str(k): (float(v["per_step_s"]), float(v["per_param_s"]))
-                                     for k, v in entry.get("deepspeed_step", {}).items()},
-                                    float((entry.get("rank_transport") or {}).get("per_byte_s", 0.0)))
+            try:
+                entry = _read(str(path), path.stat().st_mtime_ns).get("dtypes", {}).get(dtype)
+                return _checked(_cost(entry)) if entry else None
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+                raise ProfileError(f"{path} is unusable ({type(err).__name__}: {err}): the CPU framework cost of "
+                                   f"profile {directory.name} is damaged or was edited, and a prediction would carry "
+                                   f"it. Delete the file (predictions then price the operators alone, and say so) or "
+                                   f"measure it again: `llmperf profile --device cpu --dtype {dtype} --budget 4 "
+                                   f"--name {directory.name}`.") from err
     return None
+
+
+def _cost(entry: Mapping) -> CpuFrameworkCost:
+    return CpuFrameworkCost(float(entry["per_unit_s"]), float(entry["compute_scale"]),
+                            float(entry["optimizer_per_tensor_s"]), float(entry["optimizer_per_param_s"]),
+                            float(entry.get("per_byte_s", 0.0)),
+                            {str(k): float(v) for k, v in entry.get("concurrency_slowdown", {}).items()},
+                            {str(k): (float(v["per_step_s"]), float(v["per_param_s"]))
+                             for k, v in entry.get("deepspeed_step", {}).items()},
+                            float((entry.get("rank_transport") or {}).get("per_byte_s", 0.0)))
+
+
+def _checked(cost: CpuFrameworkCost) -> CpuFrameworkCost:
+    """`cost` when every term is what the writer can produce: finite and >= 0 (non-negative fits and clipped
+    medians, profile/cpu_framework.py), slowdowns > 0, compute_scale within SCALE_BOUNDS (clipped there); else
+    ValueError. An edited -1 s per unit gave a 28,000-s step, exit 0."""
+    from llmperf_hook.profile.cpu_framework import SCALE_BOUNDS
+
+    terms = {"per_unit_s": cost.per_unit_s, "optimizer_per_tensor_s": cost.optimizer_per_tensor_s,
+             "optimizer_per_param_s": cost.optimizer_per_param_s, "per_byte_s": cost.per_byte_s,
+             "rank_transport.per_byte_s": cost.transport_per_byte_s,
+             **{f"deepspeed_step.{k}": min(v) for k, v in cost.deepspeed_step.items()}}
+    bad = [f"{k} {v!r}" for k, v in terms.items() if not (math.isfinite(v) and v >= 0)]
+    bad += [f"concurrency_slowdown.{k} {v!r}" for k, v in cost.concurrency_slowdown.items()
+            if not (math.isfinite(v) and v > 0)]
+    if not SCALE_BOUNDS[0] <= cost.compute_scale <= SCALE_BOUNDS[1]:
+        bad.append(f"compute_scale {cost.compute_scale!r} (outside {SCALE_BOUNDS[0]:g}-{SCALE_BOUNDS[1]:g})")
+    if bad:
+        raise ValueError(f"{', '.join(bad)}: not a value the measurement writes")
+    return cost
 
 
 def timed_on_cpu(profile: object) -> bool:
