@@ -80,10 +80,13 @@ def starting_nothing_sentence(counts: Sequence[str], invalid_by_rule: Mapping[st
     refused the layouts there (a layout is counted under the first rule it breaks)."""
     if not counts:
         return ""
-    said = [f"{where.replace(', ', ' (')})" for where in counts]
-    rules = "; ".join(f"{rule}: {n:,}" for rule, n in invalid_by_rule.items() if _where(rule) in counts)
-    return (f" No layout searched can start at {' or at '.join(said)} of the elastic range, and the job starts or "
-            f"restarts at any count of it: there each breaks a rule Megatron / DeepSpeed check at start-up ({rules}). "
+    shown = counts[:3]  # a wide range (64:128) can have dozens: the first three, with their rules
+    said = [f"{where.replace(', ', ' (')})" for where in shown]
+    more = f" (and at {len(counts) - len(shown)} other counts)" if len(counts) > len(shown) else ""
+    rules = "; ".join(f"{rule}: {n:,}" for rule, n in invalid_by_rule.items() if _where(rule) in shown)
+    return (f" No layout searched can start at {' or at '.join(said)}{more} of the elastic range, and the job starts "
+            f"or restarts at any count of it: there each breaks a rule Megatron / DeepSpeed check at start-up "
+            f"({rules}). "
             + ("Drop gradient_accumulation_steps from the ds_config (DeepSpeed then derives it at each world size), or "
                "give a fixed node count." if FIXED_TRIAD_RULE in rules else
                "Give a range without that count (or a fixed node count), or a global batch that the micro-batch times "

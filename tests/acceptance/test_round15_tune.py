@@ -224,3 +224,20 @@ def test_a_rampup_step_is_checked_at_every_count(home: Path, capsys) -> None:
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", "s.yaml", "--", *command], capsys)
     assert code == 3, err
     assert "a --rampup-batch-size step's global batch % (micro_batch*dp) != 0 at an elastic count (3 nodes" in err, err
+
+
+def test_a_wide_range_names_a_few_counts(home: Path, capsys) -> None:
+    """GPT-3 175B's global batch of 1,536 under --nnodes 64:128 x 8: at 65 nodes (and 58 other counts) no DP divides
+    it; the message named every count with its rules (thousands of characters); now the first three and how many
+    more."""
+    (home / "s.yaml").write_text("micro_batch_size: [1]\ntensor_parallel: [8]\npipeline_parallel: [8, 16]\n"
+                                 "virtual_pipeline: [1]\ncontext_parallel: [1]\nrecompute: [selective]\n")
+    command = ["torchrun", "--nnodes", "64:128", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "96",
+               "--hidden-size", "12288", "--num-attention-heads", "96", "--seq-length", "2048",
+               "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "1536",
+               "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "16", "--bf16",
+               "--vocab-size", "51200"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-a100", "--search", "s.yaml", "--", *command], capsys)
+    assert code == 3, err
+    assert "No layout searched can start at 65 nodes (520 GPUs) or at 66 nodes (528 GPUs) or at 67 nodes (536 GPUs) " \
+           "(and at " in err and len(err.splitlines()[-1]) < 1500, err
