@@ -7,7 +7,9 @@ Megatron's own parser requires some options that a plain torch / DeepSpeed scrip
 an `argparse.ArgumentParser` itself and imports nothing of Megatron (whose parse_args then runs instead): the rule
 tune/script_options also applies. Its `add_argument('--max-position-embeddings', type=int, default=None)` (the
 cpu-testbed's train_gpt.py, which then sizes its table `args.max_position_embeddings or args.seq_length`) is then read,
-and its `--vocab-size` default stands where Megatron would require a tokenizer or --vocab-size.
+and its `--vocab-size` default stands where Megatron would require a tokenizer or --vocab-size. The default is the one
+argparse leaves in the attribute (`args.max_position_embeddings`): whichever option stores it (`dest=`), as the
+parser's `set_defaults(...)` calls change it, any literal (`default=-1`); _namespace_default cites Lib/argparse.py.
 """
 
 from __future__ import annotations
@@ -34,35 +36,84 @@ class ScriptDefault:
 
 
 def own_parser_default(script: str, option: str, exact: bool = False) -> ScriptDefault | None:
-    """The default `script`'s own argparse parser gives `option` (`--max-position-embeddings`, in either spelling of
-    its dashes, or only as written with `exact`); None when the script is not a readable Python file with a parser
-    of its own (Megatron's parser, or none built in the file), so that the framework's own rule holds."""
+    """The default `script`'s own argparse parser gives the attribute `option` names (`--max-position-embeddings`:
+    `args.max_position_embeddings`, whichever option strings store it; with `exact`, only where the parser defines
+    `option` as written), as argparse gives it (_namespace_default); None when the script is not a readable Python file
+    with a parser of its own (Megatron's parser, or none built in the file), so that the framework's own rule holds."""
     tree = script_tree(script) if script.endswith(".py") else None
     if tree is None or not parses_its_own_flags(tree):
         return None
-    spellings = {option} if exact else {option, "--" + option[2:].replace("-", "_"), "--" + option[2:].replace("_", "-")}
-    found = {_stated_default(call) for call in ast.walk(tree) if isinstance(call, ast.Call) and
-             isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument" and
-             {a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)} & spellings}
-    if len(found) > 1:  # two parsers (entry points) state it apart: which one parses the job only running tells
-        return ScriptDefault(True, None, False)
-    return found.pop() if found else ScriptDefault(False, None, True)
+    dest = option.lstrip("-").replace("-", "_")  # `--max-position-embeddings`, `--max_position_embeddings` alike
+    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call) and
+                    isinstance(node.func, ast.Attribute) and node.func.attr in ("add_argument", "set_defaults")),
+                   key=lambda node: (node.lineno, node.col_offset))  # the order the parser-building code runs them
+    if exact and not any(option in _option_strings(call) for call in calls if call.func.attr == "add_argument"):
+        return ScriptDefault(False, None, True)
+    return _namespace_default(calls, dest)
 
 
-def _stated_default(call: ast.Call) -> ScriptDefault:
-    """The default one `add_argument` call states. A string default goes through the option's `type` as a command-line
-    value would (Lib/argparse.py parse_known_args: `self._get_value(action, action.default)` for a str default), so
-    `type=int, default='2048'` gives the script 2048."""
-    keywords = {kw.arg: kw.value for kw in call.keywords}
-    default = keywords.get("default")
+def _namespace_default(calls: list[ast.Call], dest: str) -> ScriptDefault:
+    """What `parse_args` leaves in `dest` when the command gives none of its options, from the parser's
+    `add_argument` / `set_defaults` calls in source order (Lib/argparse.py, CPython 3.11): an option's dest is its
+    `dest=`, else its first long option string without the dashes, `-` made `_` (_get_optional_kwargs);
+    `set_defaults(NAME=V)` sets the default of every option of dest NAME added before it and becomes the default of
+    one added after it without `default=` (set_defaults, _add_action's `if 'default' not in kwargs`), and gives NAME
+    that value where no option stores it (parse_known_args: 'add any parser defaults that aren't present'); of two
+    options with one dest, the first added sets it (parse_known_args sets an action's default only where the
+    namespace has none yet). Options of that dest that two parsers of the file (entry points, told apart by the
+    object each is added to) state apart: which parses the job, only running tells (literal False)."""
+    parser_default: ast.expr | None = None
+    actions: list[list[ast.expr | None]] = []  # each option's default node (None: argparse's None) and its type
+    parsers: set[str] = set()
+    for call in calls:
+        keywords = {kw.arg: kw.value for kw in call.keywords}
+        if call.func.attr == "set_defaults":
+            if None in keywords or dest in keywords:  # `set_defaults(**cfg)`: any dest, to what only running gives
+                parser_default = keywords.get(dest, ast.Name("?"))
+                for action in actions:
+                    action[0] = parser_default
+            continue
+        options = _option_strings(call)
+        if options and options[0].startswith("-") and _dest(options, keywords.get("dest")) == dest:
+            actions.append([keywords["default"] if "default" in keywords else parser_default, keywords.get("type")])
+            parsers.add(ast.unparse(call.func.value))  # type: ignore[attr-defined]
+    if not actions:
+        return ScriptDefault(False, *_literal(parser_default, None)) if parser_default is not None else \
+            ScriptDefault(False, None, True)
+    found = {_literal(default, kind) for default, kind in actions[:1 if len(parsers) == 1 else None]}
+    return ScriptDefault(True, *found.pop()) if len(found) == 1 else ScriptDefault(True, None, False)
+
+
+def _option_strings(call: ast.Call) -> tuple[str, ...]:
+    return tuple(a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+
+
+def _dest(options: tuple[str, ...], dest: ast.expr | None) -> str | None:
+    """An option's dest (Lib/argparse.py _get_optional_kwargs): `dest=`, else its first long option string (else its
+    first) without its leading dashes, each `-` made `_`; None for a `dest=` only running gives."""
+    if dest is not None:
+        return dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else None
+    longs = [option for option in options if len(option) > 1 and option[1] == "-"]
+    return (longs or list(options))[0].lstrip("-").replace("-", "_")
+
+
+def _literal(default: ast.expr | None, kind: ast.expr | None) -> tuple[object, bool]:
+    """A default's value and whether the source states it (`default=-1` and other literals, ast.literal_eval; not a
+    name or a call). A string default goes through the option's `type` as a command-line value would (Lib/argparse.py
+    parse_known_args: `self._get_value(action, action.default)` for a str default), so `type=int, default='2048'`
+    gives the script 2048."""
     if default is None:
-        return ScriptDefault(True, None, True)
-    if not isinstance(default, ast.Constant):
-        return ScriptDefault(True, None, False)
-    value = default.value
-    if isinstance(value, str) and _name(keywords.get("type", ast.Constant(None))) == "int":
-        return ScriptDefault(True, int(value), True) if value.strip().isdigit() else ScriptDefault(True, None, False)
-    return ScriptDefault(True, value, True)
+        return None, True
+    try:
+        value = ast.literal_eval(default)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None, False
+    if isinstance(value, str) and _name(kind or ast.Constant(None)) == "int":
+        try:
+            return int(value), True
+        except ValueError:
+            return None, False
+    return (value, True) if isinstance(value, (int, float, str, bool, type(None))) else (None, False)
 
 
 def own_parser_shape(script: str) -> bool:
