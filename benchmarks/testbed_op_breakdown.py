@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterator
@@ -101,13 +102,14 @@ def print_classes(classes: dict[Key, dict[str, float]]) -> None:
 
 
 def print_against_run(rows: list[tuple[Any, int, dict[str, float]]], recorded: dict[OpKey, tuple[float, float]]) -> None:
-    """Each recorded op beside the predicted op of the same class, phase and dims (per occurrence)."""
+    """Each recorded op beside the predicted op of the same class, phase and dims (per occurrence). The optimizer's
+    record is torch's Optimizer.step alone: its "adam" part is compared (DeepSpeed's engine work is outside it)."""
     predicted: dict[OpKey, tuple[float, int, str]] = {}
     for op, n, parts in rows:
-        if op.collective is None and op.op_class != "optimizer":
-            key = op_key(op.op_class, op.phase, dict(op.dims))
-            s, count, name = predicted.get(key, (sum(parts.values()), 0, op.name))
-            predicted[key] = (s, count + n, name)
+        key = op_key(op.op_class, op.phase, dict(op.dims))
+        seconds = parts.get("adam", 0.0) if op.op_class == "optimizer" else sum(parts.values())
+        _, count, name = predicted.get(key, (seconds, 0, op.name))
+        predicted[key] = (seconds, count + n, name)
     print(f"\n  {'op (class, phase, dims)':62s} {'predicted':>9s} {'recorded':>9s} {'ratio':>6s}  per step: predicted / recorded")
     matched = [0.0, 0.0]
     for key in sorted(set(predicted) | set(recorded), key=str):
@@ -130,7 +132,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["LLMPERF_HOME"] = str(args.home.expanduser().resolve())
     cfg = CONFIGS[args.index]
-    rows = list(step_ops(cfg, args.home / "work-breakdown" / f"c{args.index}"))
+    with tempfile.TemporaryDirectory(prefix="llmperf-breakdown-") as work:  # the command's ds_config file
+        rows = list(step_ops(cfg, Path(work)))
     print(f"{args.index} {cfg.label()}: predicted per step, ms (rank 0; {args.home})")
     print_classes(by_class(iter(rows)))
     if args.run_dir:
