@@ -70,8 +70,31 @@ def _layouts(world: int, local: int) -> list[tuple[str, list[int], int, int]]:
         out.append(("full node", list(range(local)), 1, local))
     if nodes >= 2:
         out.append(("pair across nodes", [0, local], 2, 1))
-        out.append(("whole job", list(range(world)), nodes, local))
+        if (nodes, local) != (2, 1):  # else the same two ranks as the pair: timed twice, pooled as one layout
+            out.append(("whole job", list(range(world)), nodes, local))
     return out
+
+
+def machine_id() -> str:
+    """This machine: the kernel's boot id (one per booted kernel, shared by the containers on it), else the host."""
+    import socket
+
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
+def same_machine_note(machines: Sequence[str], local: int) -> str | None:
+    """A line when ranks torchrun counts as other nodes (`machines[r]`: rank r's machine_id) run on one machine (two
+    torchruns with --nnodes 2 on one host): their 'across nodes' layouts time this machine's loopback, not a network,
+    and the cluster file written from them says so nowhere else."""
+    firsts = machines[::local] if local > 0 else []
+    if len(firsts) < 2 or len(set(firsts)) == len(firsts):
+        return None
+    return (f"the {len(firsts)} nodes of this run (torchrun --nnodes) are {len(set(firsts))} machine(s): the layouts "
+            f"'across nodes' timed this machine's loopback between processes, not a network link, so the comm model's "
+            f"and the cluster file's inter-node figures are that loopback; run one torchrun per machine for them")
 
 
 def _op(dist, kind: str, group, ranks: list[int], nbytes: float, device: str):
@@ -150,6 +173,10 @@ def run_comm_profile(req: CommRequest) -> CommResult:
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise UsageError("`llmperf profile --comm` must run under torchrun (RANK / WORLD_SIZE are not set): "
                          "torchrun --nproc-per-node 2 -m llmperf_hook profile --comm --cluster-name NAME")
+    world = os.environ["WORLD_SIZE"].strip()
+    if not world.isdigit() or int(world) < 2:  # before the process group and the store: nothing to time
+        raise UsageError(f"--comm needs at least 2 processes, but $WORLD_SIZE={world!r}: run it under torchrun "
+                         f"--nproc-per-node 2 or more.")
     device = req.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: torch sees no CUDA device here. Use --device cpu (gloo) or run on GPU nodes.")
@@ -176,8 +203,6 @@ def run_comm_profile(req: CommRequest) -> CommResult:
 
 def _sample_and_fit(dist, req: CommRequest, device: str) -> CommResult:
     world, local = dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
-    if world < 2:
-        raise UsageError("--comm needs at least 2 processes (torchrun --nproc-per-node 2 or more).")
     sizes = np.geomspace(req.min_bytes, req.max_bytes, req.num_sizes)
     layouts = _layouts(world, local)
     groups = [dist.new_group(ranks) for _, ranks, _, _ in layouts]  # every rank, every layout, as torch requires
@@ -195,6 +220,11 @@ def _sample_and_fit(dist, req: CommRequest, device: str) -> CommResult:
                 rounds[(li, kind)] = None if times is None else [*(rounds.get((li, kind)) or []), times]
     samples = [CommSamples(kind, layouts[li][2], layouts[li][3], np.asarray(sizes, dtype=float),
                            quietest_round(runs)) for (li, kind), runs in rounds.items() if runs]
+    machines: list[str] = [""] * world
+    dist.all_gather_object(machines, machine_id())
+    note = same_machine_note(machines, local)
+    if note:
+        notes.append(note)
     return _write(dist, req, samples, notes, labels, device, rounds={k: v for k, v in rounds.items() if v})
 
 

@@ -162,6 +162,9 @@ def test_rounds_are_interleaved_and_the_quietest_is_fitted(monkeypatch: pytest.M
         def get_backend(self) -> str:
             return "gloo"
 
+        def all_gather_object(self, out: list, obj: object) -> None:
+            out[:] = [obj] * len(out)
+
     calls: list[str] = []
     busy = {1: 3.0}  # round 1 (the second) ran beside another program
 
@@ -185,3 +188,28 @@ def test_rounds_are_interleaved_and_the_quietest_is_fitted(monkeypatch: pytest.M
     assert len(captured["notes"]) == 1 and "reducescatter" in captured["notes"][0]
     rows = comm_sampler._store_rows("c", "gloo", captured["samples"], captured["rounds"])
     assert len(rows) == 2 * 3 * 3 and max(r.time_s for r in rows) == pytest.approx(9e-4)
+
+
+def test_two_nodes_of_one_rank_time_their_pair_once() -> None:
+    """torchrun --nnodes 2 --nproc-per-node 1: 'whole job' was the same two ranks as 'pair across nodes', timed twice
+    (80 timings where 40 were new) and pooled into one layout."""
+    assert [label for label, *_ in comm_sampler._layouts(2, 1)] == ["pair across nodes"]
+    assert [label for label, *_ in comm_sampler._layouts(4, 2)] == ["pair in node", "pair across nodes", "whole job"]
+
+
+def test_nodes_on_one_machine_are_said() -> None:
+    """Two torchruns with --nnodes 2 on one host: the 'across nodes' timings are loopback (played 28 Nov: 478 us,
+    2.06 GB/s written as inter-node figures of the cluster file)."""
+    note = comm_sampler.same_machine_note(["a", "a", "a", "a"], local=2)
+    assert note and "are 1 machine(s)" in note and "loopback" in note, note
+    assert comm_sampler.same_machine_note(["a", "a", "b", "b"], local=2) is None
+    assert comm_sampler.same_machine_note(["a", "a"], local=2) is None  # one node
+    assert comm_sampler.machine_id()
+
+
+def test_one_rank_is_refused_before_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "0")
+    for world in ("1", "x"):
+        monkeypatch.setenv("WORLD_SIZE", world)
+        with pytest.raises(UsageError, match=f"at least 2 processes, but \\$WORLD_SIZE='{world}'"):
+            comm_sampler.run_comm_profile(CommRequest("c"))
