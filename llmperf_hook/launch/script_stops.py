@@ -135,8 +135,10 @@ def stop_on_nounset(text: str, env: Mapping[str, str], positional: Mapping[str, 
                      f"4.3.1). To predict the job, {fix}, or give its launch line after `--`.")
 
 
-_ELEMENT = re.compile(r"\$\{([A-Za-z_]\w*)\[(-?\d+|[\w.-]+)\]\}|\$(?:!|\{!\})")
-"""`${NAME[N]}`, `${NAME[KEY]}` (a literal subscript), and `$!` / `${!}`: what set -u also checks."""
+_ELEMENT = re.compile(r"\$\{([A-Za-z_]\w*)\[(-?\d+|[\w.-]+|\$\{?[A-Za-z_]\w*\}?)\]\}|\$(?:!|\{!\})")
+"""`${NAME[N]}`, `${NAME[KEY]}` (a literal subscript, or one variable's value), and `$!` / `${!}`: what set -u also
+checks."""
+_SUBSCRIPT_NAME = re.compile(r"\$\{?([A-Za-z_]\w*)\}?|([A-Za-z_]\w*)")
 
 
 def unset_element(text: str, reading: Any) -> tuple[str, str] | None:
@@ -166,16 +168,32 @@ def unset_element(text: str, reading: Any) -> tuple[str, str] | None:
 
 
 def _unset_element(reading: Any, name: str, subscript: str) -> bool:
+    key = _subscript(reading, subscript, name in reading.assoc)
+    if key is None:
+        return False
     if name in reading.assoc:
-        return subscript not in reading.assoc[name]
-    if not re.fullmatch(r"-?\d+", subscript):
-        return False  # an indexed array's subscript is arithmetic: `${A[i]}` reads i
-    index = int(subscript)
+        return key not in reading.assoc[name]
+    if not re.fullmatch(r"-?\d+", key):
+        return False
+    index = int(key)
     if name in reading.arrays:
         return not -len(reading.arrays[name]) <= index < len(reading.arrays[name])
     if name in reading.env:
         return index > 0  # a plain variable is element 0 of itself
     return name not in reading.written
+
+
+def _subscript(reading: Any, subscript: str, associative: bool) -> str | None:
+    """The key or index a subscript gives: `$i` / `${i}` the variable's value, and a bare name that of an indexed
+    array (its subscript is arithmetic, bash manual 6.7: `${A[i]}` reads i); None where that is not known here (a
+    loop read once leaves its variable as it was, not as its pass sets it)."""
+    named = _SUBSCRIPT_NAME.fullmatch(subscript)
+    if named is None or (named.group(2) and associative):
+        return subscript
+    variable = named.group(1) or named.group(2)
+    if variable in reading.undecidable or any(f.kind in ("while", "until", "for") for f in reading.conditions.frames):
+        return None
+    return reading.env.get(variable)
 
 
 def stop_on_unset_element(text: str, reading: Any, at: str) -> None:

@@ -87,6 +87,11 @@ NOUNSET = {  # bash 5.2 with `set -u`: where it stops (unbound variable) llmperf
     "element_of_an_unset_name": "echo ${B[0]}",
     "element_of_a_plain_variable": "V=1\necho ${V[0]}",
     "second_element_of_a_plain_variable": "V=1\necho ${V[1]}",
+    "element_at_a_variable_index_in_a_loop": "A=(x)\nfor i in 0 1; do echo ${A[$i]}; done",
+    "element_at_an_arithmetic_name_index": "A=(x)\ni=1\necho ${A[i]}",
+    "elements_at_variable_indices_that_are_there": "A=(x y)\ni=0\necho ${A[i]} ${A[$i]} ${A[${i}]}\n"
+                                                   "x=0; for i in 0 1; do echo ${A[$i]}; done",
+    "associative_key_of_a_variable": "declare -A M=([k]=1)\nk=z\necho ${M[$k]}",
     "associative_key_it_has": "declare -A M=([k]=1)\necho ${M[k]}",
     "associative_key_it_lacks": "declare -A M=([k]=1)\necho ${M[z]}",
     "background_pid_before_any_background_job": "echo $!",
