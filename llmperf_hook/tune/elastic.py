@@ -30,6 +30,7 @@ offloads pin is checked at MAX only.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -91,6 +92,24 @@ def starting_nothing_sentence(counts: Sequence[str], invalid_by_rule: Mapping[st
                "give a fixed node count." if FIXED_TRIAD_RULE in rules else
                "Give a range without that count (or a fixed node count), or a global batch that the micro-batch times "
                "every count's data-parallel size divides."))
+
+
+def global_batch_hint(job: ParsedJob, global_batch: int) -> str:
+    """For the exit-3 message when a count starts nothing: the global batches every count of the range splits with
+    micro-batch 1, multiples of the least common multiple L of its GPU counts (each count's DP = GPUs / (TP x PP x CP)
+    divides its GPUs, so divides L); '' where L is far from the command's global batch (a wide range)."""
+    counts = smaller_counts(job)
+    if not counts:
+        return ""
+    gpus = [nodes * job.nproc_per_node for nodes in range(counts.start, job.nnodes + 1)]
+    step = math.lcm(*gpus)
+    if step > 4 * global_batch:
+        return ""
+    near = [b for b in (global_batch // step * step, global_batch // step * step + step) if b > 0]
+    listed = ", ".join(map(str, gpus)) if len(gpus) <= 5 else f"{gpus[0]} to {gpus[-1]}"
+    return (f" With micro-batch 1 every count splits a global batch that is a multiple of {step} (the least common "
+            f"multiple of the range's GPU counts, {listed}), e.g. {' or '.join(map(str, near))} (yours: "
+            f"{global_batch}).")
 
 
 def elastic_pruned_sentence(invalid_by_rule: Mapping[str, int]) -> str:

@@ -126,7 +126,7 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any], elastic_se
         return f"{lead}: {counts}{elastic_sentence}{elastic_pruned_sentence(result.invalid_by_rule)}"
     if near is None and result.elastic_counts_starting_nothing:
         return lead + ": " + counts + starting_nothing_sentence(result.elastic_counts_starting_nothing,
-                                                               result.invalid_by_rule)
+                                                               result.invalid_by_rule) + elastic_sentence
     if near is None:
         return f"{lead}: {counts} No candidate passed the layout rules; widen the space with --search."
     host_bound = _host_bound(result, near)

@@ -45,6 +45,9 @@ def test_a_count_between_the_ends_of_the_range_is_checked(home: Path, capsys) ->
     assert code == 3, err
     assert "No layout searched can start at 3 nodes (24 GPUs) of the elastic range" in err, err
     assert "global_batch % (micro_batch*dp) != 0 at an elastic count (3 nodes, 24 GPUs)" in err, err
+    # and a global batch every count splits (with 576, tune lists layouts)
+    assert "a multiple of 96 (the least common multiple of the range's GPU counts, 8, 16, 24, 32), e.g. 480 or 576 " \
+           "(yours: 512)" in err, err
 
 
 def test_every_listed_layout_starts_at_every_count_of_the_range(home: Path, capsys) -> None:
