@@ -81,7 +81,7 @@ STEP_PARTS: dict[str, str] = {
     "comm_dp": "dp sync", "comm_dp_grad": "dp sync", "comm_param_gather": "dp sync", "comm_embedding_grad": "dp sync",
     "comm_zero": "dp sync",
     "optimizer": "optimizer",
-    "host_overhead": "host", "host_zero3_hooks": "host",
+    "host_overhead": "host", "host_zero3_hooks": "host", "host_optimizer_step": "host",
 }
 """Breakdown key of `llmperf predict --format json` (schedule/compose.py _breakdown) -> the part of the step it is
 part of; any other key (a calibration's correction, a new kind) counts as "other"."""

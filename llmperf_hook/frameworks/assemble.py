@@ -34,6 +34,7 @@ from llmperf_hook.frameworks.script_shape import resolve_script_shape, script_mo
 from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.step_flags import step_fusions
 from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, trainer_warnings
+from llmperf_hook.frameworks.trainer_optimizer import is_trainer_job, trainer_optimizer_fields
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
                                                      TrainingConfig)
 from llmperf_hook.launch.parsed_job import ParsedJob
@@ -370,6 +371,10 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         warnings += unfilled_batch_key_warnings(ds, batch, ACCELERATOR_FILLS)
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
+    # the Trainer's own optimizer (--optim), unless DeepSpeed builds a ds_config section's (frameworks/trainer_optimizer.py)
+    trainer_opt = trainer_optimizer_fields(flags, src) if is_trainer_job(flags, framework, not trainer) \
+        and (ds is None or ds.optimizer_name is None) else {}
+    base = replace(base, **trainer_opt)
     fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings, job.script_args) if ds is None else None
     warnings += trainer_warnings(flags) if ds is None else []  # DeepSpeed replaces DDP and a config's optimizer --optim
     if ds is not None:
@@ -380,7 +385,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
                                  pinned_release=pinned_offload_release(job.env),
                                  native_pinning=native_pinned_memory(job.env),
                                  zero1_noncontiguous=zero1_noncontiguous_release(job.env, model.num_experts > 0))
-        optimizer = as_released(optimizer, job.env, src, warnings)
+        optimizer = as_released(replace(optimizer, **trainer_opt), job.env, src, warnings)
         optimizer = replace(optimizer, zero0_bf16_accum_dtype=check_bf16_accumulation_engine(
             ds.grad_accum_dtype, ds.path, optimizer.zero_stage, precision, pp > 1, schema_release(job.env), src))
     elif fsdp is not None:

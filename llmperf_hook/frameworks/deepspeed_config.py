@@ -89,6 +89,8 @@ class DsSettings:
     torch_optimizer_impl: str = ""
     """"foreach" when the Adam that steps the fp32 partition is torch.optim's (a client torch.optim.Adam / AdamW, or
     the section's torch_adam: true), "" for DeepSpeed's FusedAdam (deepspeed_optimizer.py)."""
+    torch_weight_decay: str = "decoupled"
+    """That torch Adam's weight-decay pass ("decoupled" | "l2" | "none", frameworks/torch_weight_decay.py)."""
     nvme_param_buffer_elems: int = 100_000_000
     """offload_param.buffer_size: elements of each pinned NVMe swap buffer (DeepSpeed's 1e8)."""
     nvme_param_max_in_cpu_elems: int = 1_000_000_000
@@ -274,7 +276,7 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
     return out
 
 
-def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: tuple[str, str] | None = None,
+def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: tuple[str, ...] | None = None,
                     release: JobRelease = TODAYS_RELEASE) -> DsSettings:
     """Typed settings from a ds_config dict; `origin` names the file in messages and sources. `client_optimizer`:
     (class name or "", where) of the optimizer the script passes to deepspeed.initialize (Megatron-DeepSpeed's own,

@@ -70,7 +70,7 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
         offload_param_pin_memory=pinned_release if ds.offload_param_pin_memory is None else ds.offload_param_pin_memory,
         native_pinned_memory=native_pinning,
         name=ds.optimizer_name or base.name,  # type: ignore[arg-type]
-        torch_optimizer_impl=ds.torch_optimizer_impl,
+        torch_optimizer_impl=ds.torch_optimizer_impl, torch_weight_decay=ds.torch_weight_decay,
         gradient_clipping=clip, **_zeropp_fields(ds, src),
     )
 
@@ -90,7 +90,7 @@ def _zeropp_fields(ds: DsSettings, src: dict[str, Source]) -> dict[str, Any]:
                         ("stage3_prefetch_bucket_size_elems", "stage3_prefetch_bucket_size"),
                         ("stage3_max_live_parameters", "stage3_max_live_parameters"),
                         ("stage3_max_reuse_distance", "stage3_max_reuse_distance"), ("optimizer_name", "optimizer_name"),
-                        ("torch_optimizer_impl", "torch_optimizer_impl")):
+                        ("torch_optimizer_impl", "torch_optimizer_impl"), ("torch_weight_decay", "torch_weight_decay")):
         if ds_key in ds.sources:
             src[key] = ds.sources[ds_key]
     return out

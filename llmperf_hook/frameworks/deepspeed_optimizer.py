@@ -25,6 +25,7 @@ from typing import Any
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_schema import ds_bool
 from llmperf_hook.frameworks.script_tree import script_tree
+from llmperf_hook.frameworks.torch_weight_decay import DECAY_DEFAULTS, call_weight_decay, decay_kind
 from llmperf_hook.provenance import Source, SourceKind
 
 TWO_STATES = frozenset({"adam", "adamw", "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam", "muadamw"})
@@ -86,18 +87,21 @@ def optimizer_settings(raw: dict[str, Any], zero_stage: Any, origin: str, src: d
 def _torch_adam(section: dict[str, Any], kind: str, origin: str) -> dict[str, str]:
     """{"torch_optimizer_impl": "foreach"} when a section of type Adam / AdamW sets params.torch_adam: DeepSpeed then
     builds torch.optim.Adam / AdamW (foreach on a GPU) instead of FusedAdam (engine.py _configure_basic_optimizer)."""
-    params = section.get("params")
-    flag = params.get("torch_adam", False) if isinstance(params, dict) else False
+    params = section.get("params") if isinstance(section.get("params"), dict) else {}
+    flag = params.get("torch_adam", False)
     if kind in ("adam", "adamw") and flag != "auto" and ds_bool(flag, "optimizer.params.torch_adam", origin):
-        return {"torch_optimizer_impl": "foreach"}
+        # adam_w_mode (default True; type AdamW forces it) picks torch.optim.AdamW over Adam
+        decoupled = kind == "adamw" or params.get("adam_w_mode", True) is not False
+        decay = params.get("weight_decay", DECAY_DEFAULTS["AdamW" if decoupled else "Adam"])
+        return {"torch_optimizer_impl": "foreach", "torch_weight_decay": decay_kind(decay, decoupled)}
     return {}
 
 
-def client_optimizer_settings(client: tuple[str, str], raw: dict[str, Any], fields: dict[str, Any], origin: str,
+def client_optimizer_settings(client: tuple[str, ...], raw: dict[str, Any], fields: dict[str, Any], origin: str,
                               src: dict[str, Source], warnings: list[str]) -> dict[str, Any]:
-    """The optimizer the script passes (class name, `script line N`; "" class: not recognised): its state count,
-    ConfigError where DeepSpeed refuses it; the section, if any, is ignored (warned)."""
-    name, where = client
+    """The optimizer the script passes (class name, `script line N`[, weight-decay kind]; "" class: not recognised):
+    its state count, ConfigError where DeepSpeed refuses it; the section, if any, is ignored (warned)."""
+    name, where = client[0], client[1]
     if isinstance(raw.get("optimizer"), dict):
         warnings.append(f"{origin} optimizer section: ignored, the script passes its own optimizer to "
                         f"deepspeed.initialize ({where})")
@@ -117,9 +121,10 @@ def client_optimizer_settings(client: tuple[str, str], raw: dict[str, Any], fiel
                           "deepspeed.ops.adam.DeepSpeedCPUAdam, or set \"zero_force_ds_cpu_optimizer\": false.")
     src["optimizer_name"] = Source(SourceKind.DERIVED, f"{where}: deepspeed.initialize(optimizer={name}(...))")
     # torch.optim's Adam / AdamW step DeepSpeed's fp32 partition with torch's foreach kernels (its CUDA default)
-    impl = {"torch_optimizer_impl": "foreach"} if name in TORCH_ADAM_CLASSES else {}
+    impl = {"torch_optimizer_impl": "foreach", "torch_weight_decay": client[2] if len(client) > 2 else "decoupled"} \
+        if name in TORCH_ADAM_CLASSES else {}
     if impl:
-        src["torch_optimizer_impl"] = src["optimizer_name"]
+        src["torch_optimizer_impl"] = src["torch_weight_decay"] = src["optimizer_name"]
     return {"optimizer_name": "sgd" if name in ONE_STATE_CLASSES else "adam", **impl}
 
 
@@ -129,21 +134,23 @@ def _callee(node: ast.AST) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
-def _built_by(tree: ast.AST) -> dict[str, str]:
-    """name -> the callee every `name = Call(...)` of the script assigns it ("" when they differ)."""
-    built: dict[str, str] = {}
+def _built_by(tree: ast.AST) -> dict[str, tuple[str, ast.Call]]:
+    """name -> (the callee every `name = Call(...)` of the script assigns it, "" when they differ; the first call)."""
+    built: dict[str, tuple[str, ast.Call]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             for target in (t for t in node.targets if isinstance(t, ast.Name)):
                 callee = _callee(node.value)
-                built[target.id] = callee if built.get(target.id, callee) == callee else ""
+                first = built.get(target.id, (callee, node.value))
+                built[target.id] = (callee if first[0] == callee else "", first[1])
     return built
 
 
-def script_client_optimizer(script: str) -> tuple[str, str] | None:
-    """(class name, `script line N`) of the optimizer the script passes to deepspeed.initialize: optimizer= or the
-    third positional argument (initialize(args, model, optimizer, ...)), a call or a name assigned from one; class
-    "" when not recognised. None when it passes none, or the script cannot be read or parsed."""
+def script_client_optimizer(script: str) -> tuple[str, str, str] | None:
+    """(class name, `script line N`, weight-decay kind) of the optimizer the script passes to deepspeed.initialize:
+    optimizer= or the third positional argument (initialize(args, model, optimizer, ...)), a call or a name assigned
+    from one; class "" when not recognised; the kind for torch.optim's Adam / AdamW (frameworks/torch_weight_decay.py;
+    "decoupled" otherwise). None when it passes none, or the script cannot be read or parsed."""
     tree = script_tree(script)
     if tree is None:
         return None
@@ -153,9 +160,13 @@ def script_client_optimizer(script: str) -> tuple[str, str] | None:
         given = next((k.value for k in call.keywords if k.arg == "optimizer"), positional)
         if given is None or (isinstance(given, ast.Constant) and given.value is None):
             continue
+        built_call = given if isinstance(given, ast.Call) else \
+            built.get(given.id, ("", None))[1] if isinstance(given, ast.Name) else None
         name = _callee(given) if isinstance(given, ast.Call) else \
-            built.get(given.id, "") if isinstance(given, ast.Name) else ""
-        return name, f"{script} line {call.lineno}"
+            built.get(given.id, ("", None))[0] if isinstance(given, ast.Name) else ""
+        decay = call_weight_decay(built_call, name) if built_call is not None and name in TORCH_ADAM_CLASSES \
+            else "decoupled"
+        return name, f"{script} line {call.lineno}", decay
     return None
 
 

@@ -296,6 +296,9 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         distopt_instances=int(flags.get("num_distributed_optimizer_instances") or 1),
         pin_cpu_grads=bool(flags.get("pin_cpu_grads", True)), pin_cpu_params=bool(flags.get("pin_cpu_params", True)),
         gradient_clipping=float(flags.get("clip_grad", 1.0)),
+        # DDP's per-bucket NaN check and 1 / (dp x cp) pre-scale (graph/megatron_step.py)
+        grad_nan_check=bool(flags.get("check_for_nan_in_loss_and_grad", True)),
+        grad_prescale=not (flags.get("ddp_average_in_collective") or flags.get("calculate_per_token_loss")),
         # Megatron arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16 (which
         # clears it: bf16 main grads, bf16 reduction); otherwise main_grad keeps the param dtype (fp16 grads, fp16
         # all-reduce) unless --accumulate-allreduce-grads-in-fp32 is given.

@@ -86,7 +86,8 @@ def _build() -> dict[str, Flag]:
     # Step flags (frameworks/step_flags.py): fusions, per-step checks, timers, DP bucket settings.
     for names, kind in ((step_flags.STEP_INT, "int"), (step_flags.STEP_STR, "str"), (step_flags.STEP_TRUE, "true"),
                         (step_flags.STEP_FLOAT, "float"), (trainer_flags.TRAINER_INT, "int"),
-                        (trainer_flags.TRAINER_STR, "str"), (trainer_flags.TRAINER_TRUE, "true")):
+                        (trainer_flags.TRAINER_STR, "str"), (trainer_flags.TRAINER_TRUE, "true"),
+                        (trainer_flags.TRAINER_FLOAT, "float")):
         for name in names:
             table["--" + name] = Flag(_dest(name), kind)  # type: ignore[arg-type]
     for name, dest in step_flags.STEP_FALSE.items():

@@ -23,6 +23,7 @@ from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.hf_config import EXTRA_SHAPE_KEYS, config_from_overrides, read_hf_config, shape_from_hf_config
 from llmperf_hook.frameworks.presets import list_model_presets, load_model_preset
 from llmperf_hook.frameworks.script_tree import script_tree
+from llmperf_hook.frameworks.torch_weight_decay import call_weight_decay
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -134,6 +135,8 @@ class ScriptTraining:
     """"fused" (fused=True given as a literal) or "foreach" (torch's default on CUDA)."""
     where: str
     """`path line N` of the cast, for provenance."""
+    weight_decay: str = "decoupled"
+    """The Adam step's weight-decay pass (OptimizerConfig.torch_weight_decay, frameworks/torch_weight_decay.py)."""
 
 
 _TORCH_OPTIMIZERS = {"Adam": "adam", "AdamW": "adam", "SGD": "sgd"}
@@ -183,9 +186,9 @@ def _half_cast_names(tree: ast.AST) -> dict[str, int]:
     return out
 
 
-def _optimizer_over(call: ast.Call, imported: dict[str, str]) -> tuple[str, str, str] | None:
-    """(optimizer, impl, model name) of `torch.optim.AdamW(model.parameters(), ...)` (or a name imported from
-    torch.optim, aliases too), or None."""
+def _optimizer_over(call: ast.Call, imported: dict[str, str]) -> tuple[str, str, str, str] | None:
+    """(optimizer, impl, model name, weight-decay kind) of `torch.optim.AdamW(model.parameters(), ...)` (or a name
+    imported from torch.optim, aliases too), or None."""
     name = _dotted(call.func)
     short = imported.get(name) or (name.split(".")[-1] if name.startswith(("torch.optim.", "optim.")) else "")
     if short not in _TORCH_OPTIMIZERS:
@@ -195,7 +198,8 @@ def _optimizer_over(call: ast.Call, imported: dict[str, str]) -> tuple[str, str,
             and isinstance(first.func.value, ast.Name)):
         return None
     fused = any(k.arg == "fused" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords)
-    return _TORCH_OPTIMIZERS[short], "fused" if fused else "foreach", first.func.value.id
+    impl = "fused" if fused else "foreach"
+    return _TORCH_OPTIMIZERS[short], impl, first.func.value.id, call_weight_decay(call, short)
 
 
 def script_training(script: str) -> ScriptTraining | None:
@@ -212,13 +216,13 @@ def script_training(script: str) -> ScriptTraining | None:
     for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
         found = _optimizer_over(call, imported)
         if found and found[2] in casts:
-            return ScriptTraining(found[0], found[1], f"{script} line {casts[found[2]]}")
+            return ScriptTraining(found[0], found[1], f"{script} line {casts[found[2]]}", found[3])
     return None
 
 
-def script_torch_adam(script: str) -> tuple[str, str] | None:
-    """(impl, `path line N`) of the first torch.optim.Adam / AdamW a script builds over a model's parameters, cast or
-    not; None when it builds none or cannot be read."""
+def script_torch_adam(script: str) -> tuple[str, str, str] | None:
+    """(impl, `path line N`, weight-decay kind) of the first torch.optim.Adam / AdamW a script builds over a model's
+    parameters, cast or not; None when it builds none or cannot be read."""
     tree = script_tree(script)
     if tree is None:
         return None
@@ -227,7 +231,7 @@ def script_torch_adam(script: str) -> tuple[str, str] | None:
     for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
         found = _optimizer_over(call, imported)
         if found and found[0] == "adam":
-            return found[1], f"{script} line {call.lineno}"
+            return found[1], f"{script} line {call.lineno}", found[3]
     return None
 
 
@@ -240,8 +244,8 @@ def _fp32_torch_adam(cfg: TrainingConfig, script: str) -> TrainingConfig:
     if found is None:
         return cfg
     origin = Source(SourceKind.DERIVED, f"{found[1]}: torch.optim steps the fp32 model")
-    return replace(cfg, optimizer=replace(cfg.optimizer, torch_optimizer_impl=found[0]),
-                   sources={**cfg.sources, "torch_optimizer_impl": origin})
+    return replace(cfg, optimizer=replace(cfg.optimizer, torch_optimizer_impl=found[0], torch_weight_decay=found[2]),
+                   sources={**cfg.sources, "torch_optimizer_impl": origin, "torch_weight_decay": origin})
 
 
 def apply_script_training(cfg: TrainingConfig, script: str) -> TrainingConfig:
@@ -266,7 +270,8 @@ def apply_script_training(cfg: TrainingConfig, script: str) -> TrainingConfig:
     if found is None:
         return cfg
     origin = Source(SourceKind.DERIVED, f"{found.where}: the model is cast to {cfg.precision} and torch.optim steps it")
-    sources = {**cfg.sources, "master_weights": origin, "fp32_main_grads": origin, "torch_optimizer_impl": origin}
+    sources = {**cfg.sources, "master_weights": origin, "fp32_main_grads": origin, "torch_optimizer_impl": origin,
+               "torch_weight_decay": origin}
     optimizer = replace(o, name=found.optimizer, master_weights=False, fp32_main_grads=False,  # type: ignore[arg-type]
-                        torch_optimizer_impl=found.impl)
+                        torch_optimizer_impl=found.impl, torch_weight_decay=found.weight_decay)
     return replace(cfg, optimizer=optimizer, sources=sources)

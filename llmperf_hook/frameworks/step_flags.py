@@ -42,7 +42,7 @@ STEP_TRUE = (
     "ddp-average-in-collective", "ddp-pad-buckets-for-high-nccl-busbw", "ddp-reduce-scatter-with-fp32-accumulation",
     "overlap-param-gather-with-optimizer-step", "use-nccl-ub", "check-for-large-grads", "check-for-spiky-loss",
     "log-straggler", "synchronize-each-layer", "contigious-checkpointing", "profile-backward", "deterministic-mode",
-    "fp16-lm-cross-entropy", "use-precision-aware-optimizer",
+    "fp16-lm-cross-entropy", "use-precision-aware-optimizer", "calculate-per-token-loss",
 )
 STEP_INT = ("timing-log-level", "manual-gc-interval", "ddp-num-buckets", "check-weight-hash-across-dp-replicas-interval",
             "gpu-sniff-test-interval")
@@ -78,8 +78,6 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
                                              "cross-entropy"),
     "no_persist_layer_norm": NotModelled(False, "apex's non-persistent layer-norm kernel (local layers) priced as "
                                          "the default one"),
-    "ddp_average_in_collective": NotModelled(False, "averaging inside the gradient collective (no separate scaling "
-                                             "pass) not modelled"),
     "ddp_pad_buckets_for_high_nccl_busbw": NotModelled(False, "gradient buckets padded to 2^16 elements: the "
                                                        "bandwidth change is not modelled"),
     "ddp_reduce_scatter_with_fp32_accumulation": NotModelled(False, "gradient reduce-scatter as an all-to-all with "
@@ -104,8 +102,10 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
 """dest -> (default, effect) of every flag of this module that is not priced."""
 
 PRICED_AS_GIVEN = ("check_for_nan_in_loss_and_grad",)
-"""store_false flags that need no warning: the NaN check's gradient norm and host read (default on) are not priced,
-i.e. priced as switched off (a gap of the default, tabled in FLAGS.md). --no-async-tensor-model-parallel-allreduce
+"""store_false flags that need no warning: the NaN check's per-bucket gradient norm (default on) is priced
+(OptimizerConfig.grad_nan_check, graph/megatron_step.py; its host read per bucket is not), and switched off by the
+flag. --ddp-average-in-collective and --calculate-per-token-loss are priced too (grad_prescale: no scaling pass).
+--no-async-tensor-model-parallel-allreduce
 is not one of them: Megatron-LM ignores it (megatron_rules.ignored_flag_warnings), Megatron-DeepSpeed's --deepspeed
 switches the async all-reduce off anyway (step_fusions)."""
 

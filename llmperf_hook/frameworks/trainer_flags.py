@@ -7,11 +7,15 @@ replaces DDP and a ds_config optimizer replaces --optim.
 from __future__ import annotations
 
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.trainer_optimizer import TRAINER_OPTIM_IMPLS
 from llmperf_hook.provenance import Source, SourceKind
 
 TRAINER_INT = ("ddp-bucket-cap-mb",)
 TRAINER_TRUE = ("torch-compile", "ddp-find-unused-parameters", "auto-find-batch-size")
 TRAINER_STR = ("optim", "config-overrides")
+TRAINER_FLOAT = ("weight-decay",)
+"""--weight_decay: the Trainer's AdamW decay (frameworks/trainer_optimizer.py; Megatron's --weight-decay is read the
+same way and not used)."""
 """--config_overrides: run_clm.py's ModelArguments (the shape of a model built from scratch, frameworks/script_shape.py)."""
 
 ADAM_OPTIMS = frozenset({"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw_torch_xla",
@@ -43,7 +47,9 @@ def trainer_warnings(flags: FlagValues) -> list[str]:
                    "unused parameters after every forward is not timed")
     optim = flags.get("optim")
     if optim is not None and optim not in ADAM_OPTIMS:
-        out.append(f"{flags.seen_flags['optim']} {optim}: its optimizer states and step priced as AdamW's")
+        step = "its step from its own kernels' bytes" if optim in TRAINER_OPTIM_IMPLS else \
+            "its step as a fused AdamW's (28 B per parameter)"
+        out.append(f"{flags.seen_flags['optim']} {optim}: its optimizer states priced as AdamW's, {step}")
     if flags.get("auto_find_batch_size"):
         out.append(f"{flags.seen_flags['auto_find_batch_size']}: priced at the starting per-device batch; after an "
                    "out-of-memory error the Trainer retries with a smaller one (accelerate find_executable_batch_size)")

@@ -367,7 +367,24 @@ class OptimizerConfig:
     (fused=True); over the 16-bit model when master_weights is False, else over fp32 weights (a plain-torch fp32
     script; DeepSpeed stepping its fp32 partition with a client torch.optim.Adam / AdamW or the optimizer section's
     torch_adam). "" = the framework's own fused Adam (Megatron's apex / TE FusedAdam, DeepSpeed's FusedAdam), also
-    assumed when the optimizer is not recognised (graph/step_ops.adam_bytes_per_param)."""
+    assumed when the optimizer is not recognised (graph/step_ops.adam_bytes_per_param). "sgd": torch.optim.SGD without
+    momentum (the Hugging Face Trainer's --optim sgd); "adam_8bit": bitsandbytes' 8-bit AdamW (--optim adamw_bnb_8bit,
+    adamw_8bit, paged_adamw_8bit)."""
+    torch_weight_decay: str = "decoupled"
+    """How the torch.optim Adam step (torch_optimizer_impl "foreach") applies weight decay, a pass of its own
+    (torch/optim/adam.py _multi_tensor_adam, torch 2.x, where AdamW is Adam(decoupled_weight_decay=True)):
+    "decoupled" (AdamW with weight_decay != 0, AdamW's default 1e-2: _foreach_mul_(params, 1 - lr * wd)), "l2" (Adam
+    with weight_decay != 0: _foreach_add(grads, params, alpha=wd)), "none" (weight_decay 0, Adam's default and the
+    Trainer's --weight_decay default: skipped). Read from the script's optimizer call or the Trainer's flags;
+    "decoupled" where not read. The fused kernel applies it in place (no bytes)."""
+    grad_nan_check: bool = True
+    """Megatron's DDP takes the L2 norm of every gradient bucket before reducing it to catch NaN / Inf
+    (ddp_config.check_for_nan_in_grad = --check-for-nan-in-loss-and-grad, on unless
+    --no-check-for-nan-in-loss-and-grad; param_and_grad_buffer.py check_grads; graph/megatron_step.py)."""
+    grad_prescale: bool = True
+    """Megatron's DDP multiplies each gradient bucket by 1 / (dp x cp) before reducing it (param_and_grad_buffer.py
+    start_grad_sync); False under --ddp-average-in-collective (ReduceOp.AVG) or --calculate-per-token-loss (factor 1,
+    distributed_data_parallel.py)."""
     zero_grad_allreduce: bool = False
     """DeepSpeed ZeRO-1/2 all-reduces each gradient bucket and keeps its own partition (stage_1_and_2.py
     average_tensor: reduce_scatter false, or use_multi_rank_bucket_allreduce, the default since v0.12.4,

@@ -26,6 +26,7 @@ from dataclasses import replace
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.ddp_buckets import fp8_param_gather, rank_grad_buckets
+from llmperf_hook.graph.megatron_step import megatron_step_ops
 from llmperf_hook.graph.nvme_swap_ops import optimizer_nvme_swap_ops
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.graph.op_graph import ChunkOps
@@ -241,6 +242,7 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
         dims.update(layers=num_layers, embedding_params=_non_layer_params(cfg, stage))
     ops += _optimizer_steps(cfg, local, dims, tags)
     ops += optimizer_nvme_swap_ops(cfg, round(local * offloaded_optimizer_share(cfg, local)), local, gpus_per_node)
+    ops += megatron_step_ops(cfg, num_params, local, dense.group_size, grad_bytes(cfg), param_bytes(cfg))
     ops += deepspeed_mixed_precision(cfg, stage, num_layers, local, num_params)
     ops += zero3_hook_ops(cfg, stage, num_layers)
     if sharded and o.zero_stage < 3:
@@ -290,35 +292,68 @@ def _optimizer_steps(cfg: TrainingConfig, local: int, dims: dict[str, int], tags
 def adam_bytes_per_param(cfg: TrainingConfig) -> tuple[float, str]:
     """(HBM bytes per parameter, dtype) of the job's Adam step: torch.optim over the 16-bit model itself
     (OptimizerConfig.master_weights False), torch.optim over fp32 weights (torch_optimizer_impl set: a DeepSpeed client
-    or torch_adam optimizer stepping the fp32 partition, a plain-torch fp32 script), else the framework's fused
-    multi-tensor Adam (Megatron's apex / TE FusedAdam, DeepSpeed's FusedAdam for an optimizer section of type Adam /
-    AdamW: engine.py _configure_basic_optimizer), which is also what an unrecognised optimizer is priced as."""
+    or torch_adam optimizer stepping the fp32 partition, a plain-torch fp32 script, a Hugging Face Trainer's --optim),
+    else the framework's fused multi-tensor Adam (Megatron's apex / TE FusedAdam, DeepSpeed's FusedAdam for an
+    optimizer section of type Adam / AdamW: engine.py _configure_basic_optimizer), which is also what an unrecognised
+    optimizer is priced as."""
     o = cfg.optimizer
     if not o.master_weights and cfg.precision != "fp32":
-        return TORCH_16BIT_ADAM_BYTES_PER_PARAM[o.torch_optimizer_impl or "foreach"], cfg.precision
+        return torch_step_bytes_per_param(o.torch_optimizer_impl or "foreach", o.torch_weight_decay, 2), cfg.precision
     if o.torch_optimizer_impl:
-        return TORCH_FP32_ADAM_BYTES_PER_PARAM[o.torch_optimizer_impl], "fp32"
+        return torch_step_bytes_per_param(o.torch_optimizer_impl, o.torch_weight_decay, 4), "fp32"
+    if o.precision_aware and cfg.precision in ("bf16", "fp16") and "deepspeed" not in cfg.framework:
+        return ADAM_BYTES_PER_PARAM + PARAM_BYTES, "fp32"
     return ADAM_BYTES_PER_PARAM, "fp32"
 
 
-ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
-"""Adam step traffic per parameter: read fp32 param, grad, m, v (16 B), write param, m, v (12 B), write the
-bf16/fp16 model copy (2 B) (Megatron's fused multi-tensor Adam; DeepSpeed FusedAdam)."""
+ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4
+"""Fused Adam step traffic per parameter: read fp32 param, grad, m, v (16 B), write param, m, v (12 B): 28 B
+(DeepSpeed's FusedAdam, ops/adam/fused_adam.py: multi_tensor_adam over [g, p, m, v]; apex's / Transformer Engine's
+FusedAdam under Megatron without master weights in the kernel). The 16-bit model copy is a pass of the framework's
+own: DeepSpeed's in DEEPSPEED_MP_BYTES_PER_PARAM ('the fp32 master copied back to bf16', measured), Megatron's in
+graph/megatron_step.py (_copy_main_params_to_model_params), except that Transformer Engine's FusedAdam writes it
+in-kernel under --use-precision-aware-optimizer (+2 B, adam_bytes_per_param). Until session 22 this was 30 B, the
+copy's 2 B write counted here too: for DeepSpeed's FusedAdam a second time."""
 
 
-TORCH_16BIT_ADAM_BYTES_PER_PARAM = {"foreach": 40.0, "fused": 14.0}
-"""torch.optim.AdamW over 16-bit parameters (OptimizerConfig.master_weights False), bytes per parameter in the model's
-dtype. foreach (torch/optim/adamw.py _multi_tensor_adamw, the CUDA default): weight decay param.mul_ (read 2, write 2),
-exp_avg.lerp_(grad) (4 + 2), exp_avg_sq.mul_ (2 + 2), addcmul_(grad, grad) (4 + 2), _foreach_sqrt (2 + 2), div_ by the
-bias correction (2 + 2), add_ eps (2 + 2), param.addcdiv_(exp_avg, denom) (6 + 2): 40 B. Measured on an H100 for the
-c08 model (measurements/h100-sxm5-80gb-2026-11-26/kernels/plain.txt, 0.71 B parameters): those kernels take 11.5 ms
-per step, 48 B per parameter at the measured 2.98 TB/s. fused=True: one kernel reading param, grad, m, v (8) and
-writing param, m, v (6): 14 B."""
-TORCH_FP32_ADAM_BYTES_PER_PARAM = {"foreach": 80.0, "fused": 28.0}
-"""The same torch.optim.AdamW over fp32 parameters and states: each pass above at 4 B an element, 80 B (weight decay
-on: AdamW's default 1e-2, Megatron-style --weight-decay 0.01; torch.optim.Adam without it: 72 B); fused 28 B. The
-fp32 foreach AdamW of a DeepSpeed ZeRO-1 step measured 20.8 ms for the same 0.71 B parameters
-(measurements/h100-sxm5-80gb-2026-11-26/kernels/ds_zero1.txt, the _foreach_ rows): 87 B at 2.98 TB/s."""
+TORCH_ADAM_FOREACH_ACCESSES = 18
+"""Element accesses per parameter of torch.optim's foreach Adam step without weight decay (torch/optim/adam.py
+_multi_tensor_adam, torch 2.x): exp_avg.lerp_(grad) (read 2, write 1), exp_avg_sq.mul_ (1 + 1), addcmul_(grad, grad)
+(2 + 1), _foreach_sqrt (1 + 1), div_ by the bias correction (1 + 1), add_ eps (1 + 1), param.addcdiv_(exp_avg, denom)
+(3 + 1): 18, x 4 B = 72 B in fp32 (op_sampler's Adam), x 2 B = 36 B over a 16-bit model."""
+TORCH_WEIGHT_DECAY_ACCESSES = {"decoupled": 2, "l2": 3, "none": 0}
+"""The weight-decay pass (OptimizerConfig.torch_weight_decay): AdamW's _foreach_mul_(params) reads and writes each
+parameter (2); Adam's L2 term _foreach_add(grads, params, alpha=wd) reads both and writes a new gradient (3); none
+with weight_decay 0. AdamW with its default decay, fp32: (18 + 2) x 4 = 80 B; measured for the c08 model on an H100
+(measurements/h100-sxm5-80gb-2026-11-26/kernels/plain.txt, 0.71 B parameters, bf16 AdamW foreach: 11.5 ms, 48 B per
+parameter at 2.98 TB/s against 40) and a DeepSpeed ZeRO-1 step's fp32 AdamW (kernels/ds_zero1.txt, the _foreach_
+rows: 20.8 ms, 87 B against 80)."""
+TORCH_STEP_ACCESSES = {"fused": 7, "sgd": 3}
+"""fused=True: one kernel reading param, grad, m, v and writing param, m, v (7 accesses; its weight decay in-kernel).
+torch.optim.SGD without momentum (the Trainer's --optim sgd passes only lr): param.add_(grad, alpha=-lr), read 2,
+write 1 (torch/optim/sgd.py _multi_tensor_sgd; weight decay adds _foreach_add of the params to the grads, ignored)."""
+ADAM_8BIT_BYTES_PER_PARAM = {4: 15.0, 2: 9.0}
+"""bitsandbytes' 8-bit AdamW (optim/adamw.py AdamW8bit, optimizer_update_8bit_blockwise: one kernel per tensor) by
+the parameter's bytes: read param, grad and the two uint8 states, write param and the states: 3 x 4 + 3 x 1 = 15
+in fp32, 3 x 2 + 3 = 9 in 16 bits; the states' per-block absmax (one fp32 per 256 elements, read and written) adds
+0.06 B. From the kernel's arguments, not measured."""
+
+
+def torch_step_bytes_per_param(impl: str, weight_decay: str, elem_bytes: int) -> float:
+    """Bytes per parameter of a torch.optim (or bitsandbytes) step over `elem_bytes`-wide parameters and states."""
+    if impl == "adam_8bit":
+        return ADAM_8BIT_BYTES_PER_PARAM[elem_bytes]
+    if impl in TORCH_STEP_ACCESSES:
+        return float(TORCH_STEP_ACCESSES[impl] * elem_bytes)
+    return float((TORCH_ADAM_FOREACH_ACCESSES + TORCH_WEIGHT_DECAY_ACCESSES.get(weight_decay, 2)) * elem_bytes)
+
+
+TORCH_16BIT_ADAM_BYTES_PER_PARAM = {impl: torch_step_bytes_per_param(impl, "decoupled", 2)
+                                    for impl in ("foreach", "fused")}
+"""torch.optim.AdamW (default weight decay) over 16-bit parameters, bytes per parameter: foreach 40, fused 14."""
+TORCH_FP32_ADAM_BYTES_PER_PARAM = {impl: torch_step_bytes_per_param(impl, "decoupled", 4)
+                                   for impl in ("foreach", "fused")}
+"""The same over fp32 parameters and states: foreach 80, fused 28."""
 
 
 DEEPSPEED_MP_BYTES_PER_PARAM = {0: 73.0, 1: 87.5, 2: 87.5, 3: 106.0}

@@ -72,7 +72,7 @@ def _term(key: str, dtype: Any, ranks: Any, zero: Any) -> str:
     # recompute re-runs the forward ops (Megatron --recompute-*): the same op models as compute
     if key in ("compute", "recompute", "pipeline_bubble"):
         return f"compute/{dtype}/{ranks} ranks"
-    if key == "optimizer":
+    if key in ("optimizer", "host_optimizer_step"):  # the step's host loop is the same engine's (compose._breakdown)
         return f"optimizer/{dtype}/zero {zero}"
     if key.startswith("comm"):
         return f"{key}/{ranks} ranks"

@@ -7,10 +7,12 @@ less than the fragmentation or the model's error band: schedule/memory_fit.py), 
 "DOES NOT FIT"), headroom_bytes (capacity - peak), fragmentation_bytes, stage, components, host {bytes_per_node,
 capacity_bytes, fits, components}}, breakdown {component: s}
 (sums to step_time_s; components: compute, recompute, host_overhead, host_zero3_hooks (DeepSpeed ZeRO-3's
-parameter fetch / release and gradient hooks, host time the GPU waits for in forward and backward), comm_tp,
+parameter fetch / release and gradient hooks, host time the GPU waits for in forward and backward),
+host_optimizer_step (the step's own host loop the GPU waits for: DeepSpeed's per-tensor syncs and launches), comm_tp,
 comm_cp, comm_ep, comm_zero, comm_dp (exposed in-layer communication by kind), pipeline_bubble, pipeline_p2p,
 comm_pp_gather, comm_dp_grad, comm_embedding_grad, optimizer, comm_param_gather, calibration), stages [{stage,
-num_layers, fwd_s, bwd_s, compute_s, idle_s, exposed_comm_s, optimizer_s (without host_zero3_hooks)}],
+num_layers, fwd_s, bwd_s, compute_s, idle_s, exposed_comm_s, optimizer_s (without host_zero3_hooks and
+host_optimizer_step)}],
 critical_stage, cluster {name, gpu, gpus_per_node, nnodes}, config (explain JSON), warnings,
 predictor {op class: cost model}.
 """

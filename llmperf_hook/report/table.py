@@ -22,6 +22,7 @@ BREAKDOWN_LABELS = {
     "comm_param_gather": "parameter all-gather (exposed)",
     "host_overhead": "waiting for the host to issue ops", "calibration": "calibration correction",
     "host_zero3_hooks": "ZeRO-3 fetch/release/grad hooks (host)",
+    "host_optimizer_step": "optimizer step: host loop the GPU waits for",
 }
 
 

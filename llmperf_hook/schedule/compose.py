@@ -190,6 +190,11 @@ def _bucket_fraction(cfg: TrainingConfig, stage: StageGraph) -> float:
     return min(1.0, last_bucket_elems(cfg, stage.stage, stage.chunks) / max(1, params))
 
 
+STEP_WORK_CLASSES = ("optimizer", "deepspeed_bookkeeping", "step_bookkeeping", "nvme_swap")
+"""Step ops that run after the last backward, on the compute stream (Adam, DeepSpeed's and Megatron's bookkeeping
+around it: graph/step_ops.py, graph/megatron_step.py; NVMe swaps)."""
+
+
 @dataclass(frozen=True)
 class StepOpsCost:
     grad_exposed_s: float
@@ -201,19 +206,28 @@ class StepOpsCost:
     zero3_hooks_s: float = 0.0
     """Host time of ZeRO-3's module and gradient hooks (graph/zero3_hooks.py), inside optimizer_s for the step's
     timing and reported on its own breakdown line: the GPU waits for it in forward and backward."""
+    step_host_s: float = 0.0
+    """Host time of the step's own ops that the GPU waits for, inside optimizer_s and reported on its own breakdown
+    line (`host_optimizer_step`): DeepSpeed's per-tensor syncs (the ops' host_s tag, graph/step_ops.py
+    DEEPSPEED_HOST_S_PER_TENSOR) and the part of ZeRO-1/2's step-loop issue that outlasts its kernels
+    (step_bookkeeping_s)."""
 
 
 def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingConfig, bwd_window_s: float,
                   fwd_window_s: float, lead_s: float = 0.0, host_per_op_s: float = 0.0) -> StepOpsCost:
     """`lead_s`: GPU time of the last backward still queued when the host starts the step; `host_per_op_s`: the
     cluster's host cost of one modelled op (the step's per-tensor launches: step_bookkeeping_s)."""
-    grad = gather = embed = opt = contention = hooks = 0.0
+    grad = gather = embed = opt = contention = hooks = host = 0.0
     grad_overlap = gather_overlap = False
     for op in stage.step_ops:
         t = seconds[op_id(op)]
-        if op.op_class in ("optimizer", "deepspeed_bookkeeping", "nvme_swap"):  # the step's own work, not overlapped
-            opt += step_bookkeeping_s(op, t, lead_s, host_per_op_s) if "host_launches" in op.tags else t
-            hooks += t if op.name == ZERO3_HOOKS_OP else 0.0
+        if op.op_class in STEP_WORK_CLASSES:  # the step's own work, not overlapped
+            own = step_bookkeeping_s(op, t, lead_s, host_per_op_s) if "host_launches" in op.tags else t
+            opt += own
+            if op.name == ZERO3_HOOKS_OP:
+                hooks += t
+            else:  # the host wait the op's time holds (the roofline adds host_s), and an issue that outlasts it
+                host += min(t, float(op.tags.get("host_s", 0.0))) + own - t
         elif op.name.startswith("embedding"):
             embed += t
         elif "param_allgather" in op.name:
@@ -230,7 +244,7 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
         last = _bucket_fraction(cfg, stage)
         grad_exposed = max(grad - bwd_window_s, grad * last + contention * (1.0 - last))
     gather_exposed = max(0.0, gather - fwd_window_s) if gather_overlap else gather
-    return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather, hooks)
+    return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather, hooks, host)
 
 
 LAUNCH_QUEUE_DEPTH = 1000
@@ -376,7 +390,8 @@ def _breakdown(fwd: list[PassCost], bwd: list[PassCost], m: int, end_s: float, e
     out["comm_dp_grad"] += steps.grad_exposed_s
     out["comm_embedding_grad"] += steps.embedding_s
     out["host_zero3_hooks"] = min(steps.zero3_hooks_s, optimizer_s)
-    out["optimizer"] = optimizer_s - out["host_zero3_hooks"]
+    out["host_optimizer_step"] = min(steps.step_host_s, optimizer_s - out["host_zero3_hooks"])
+    out["optimizer"] = optimizer_s - out["host_zero3_hooks"] - out["host_optimizer_step"]
     out["comm_param_gather"] += gather_s
     return {k: v for k, v in out.items() if v > 0.0 or k in ("compute", "pipeline_bubble", "optimizer")}
 
@@ -394,7 +409,8 @@ def _stage_timing(stage: StageGraph, fwd: list[PassCost], bwd: list[PassCost], m
     return StageTiming(stage=stage.stage, num_layers=stage.num_layers, fwd_s=sum(c.total_s for c in fwd),
                        bwd_s=sum(c.total_s for c in bwd), compute_s=compute,
                        exposed_comm_s={k: v for k, v in exposed.items() if v > 0}, pipeline_end_s=end_s,
-                       idle_s=max(0.0, end_s - busy_s), optimizer_s=steps.optimizer_s - steps.zero3_hooks_s)
+                       idle_s=max(0.0, end_s - busy_s),
+                       optimizer_s=steps.optimizer_s - steps.zero3_hooks_s - steps.step_host_s)
 
 
 def _timeline(events: tuple, sync_end: list[float], end_s: tuple[float, ...], steps: list[StepOpsCost],

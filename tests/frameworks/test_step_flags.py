@@ -51,7 +51,6 @@ def _step_s(*argv: str) -> float:
     ("--log-params-norm", "--log-params-norm: the L2 norm of every parameter"),
     ("--log-num-zeros-in-grad", "--log-num-zeros-in-grad: a count of the zeros"),
     ("--cross-entropy-loss-fusion", "--cross-entropy-loss-fusion: fused cross-entropy priced as"),
-    ("--ddp-average-in-collective", "--ddp-average-in-collective: averaging inside"),
     ("--deterministic-mode", "--deterministic-mode: deterministic kernels"),
 ])
 def test_flag_that_changes_the_step_warns(flag: str, expected: str) -> None:
@@ -95,9 +94,10 @@ def test_switch_given_a_value_stops_megatron() -> None:
 
 
 def test_priced_fusions_do_not_warn() -> None:
-    # the last one is what llmperf prices anyway (step_flags.PRICED_AS_GIVEN)
+    # the last three are priced too (OptimizerConfig.grad_nan_check, grad_prescale: graph/megatron_step.py)
     flags = ("--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion", "--no-gradient-accumulation-fusion",
-             "--no-bias-swiglu-fusion", "--no-masked-softmax-fusion", "--no-check-for-nan-in-loss-and-grad")
+             "--no-bias-swiglu-fusion", "--no-masked-softmax-fusion", "--no-check-for-nan-in-loss-and-grad",
+             "--ddp-average-in-collective", "--calculate-per-token-loss")
     warnings = _cfg(*LLAMA, *flags).warnings
     assert not [w for w in warnings if w.startswith(flags)], warnings
     from llmperf_hook.frameworks.step_flags import NOT_MODELLED_STEP, PRICED_AS_GIVEN

@@ -81,3 +81,20 @@ def test_megatron_runs_its_fused_adam() -> None:
     cfg = resolve_job(["torchrun", "pretrain_gpt.py", *SHAPE, "--bf16"], ENV)[1]
     assert cfg.optimizer.torch_optimizer_impl == ""
     assert adam_bytes_per_param(cfg) == (ADAM_BYTES_PER_PARAM, "fp32")
+
+
+def test_deepspeed_fused_adam_counts_the_bf16_copy_once(tmp_path: Path) -> None:
+    """DeepSpeed's FusedAdam steps [g, p, m, v] (ops/adam/fused_adam.py multi_tensor_adam: read 4 x 4, write 3 x 4 =
+    28 B); the fp32 -> bf16 copy of the partition is ZeRO's (stage_1_and_2.py step: bit16_partitions[...].copy_),
+    measured inside DEEPSPEED_MP_BYTES_PER_PARAM (the step beyond a plain-torch one, Adam excluded). Until session
+    22 the Adam op also counted the copy's 2 B write: 30 + 87.5 B per parameter instead of 28 + 87.5."""
+    from llmperf_hook.graph.build import build_graph
+    from llmperf_hook.graph.step_ops import DEEPSPEED_MP_BYTES_PER_PARAM
+    from llmperf_hook.hardware.load import load_cluster
+
+    cfg = _deepspeed(_no_client_script(tmp_path), _ds_config(tmp_path, optimizer={"type": "AdamW", "params": {}}))
+    ops = {op.name: op for op in build_graph(cfg, load_cluster("dgx-h100")).stages[0].step_ops}
+    local = ops["optimizer.step"].dims["params"]
+    assert ADAM_BYTES_PER_PARAM == 28
+    assert ops["optimizer.step"].bytes_moved == 28 * local
+    assert ops["optimizer.deepspeed_mixed_precision"].bytes_moved == DEEPSPEED_MP_BYTES_PER_PARAM[1] * local

@@ -1,0 +1,87 @@
+"""Megatron-LM's own work around the Adam update, once per step: the passes its DDP and optimizer wrapper make over
+the gradients and parameters (graph/step_ops.py prices the Adam kernel itself, the collectives and DeepSpeed's
+bookkeeping).
+
+Read in NVIDIA/Megatron-LM d98e8a6 (2026), for a job on Megatron's DDP (no FSDP) with its optimizer on the GPU:
+- training.py train_step: model_chunk.zero_grad_buffer() zeroes each gradient buffer
+  (param_and_grad_buffer.py reset: grad_data.zero_()), every parameter of the rank.
+- param_and_grad_buffer.py start_grad_sync, per bucket before its reduction: check_grads (ddp_config
+  .check_for_nan_in_grad = --check-for-nan-in-loss-and-grad, on by default: bucket.grad_data.norm(p=2)), then
+  `bucket.grad_data *= gradient_scaling_factor` where the factor is not 1: 1 / (dp x cp) unless
+  --ddp-average-in-collective or --calculate-per-token-loss (distributed_data_parallel.py).
+- optimizer.py MixedPrecisionOptimizer.step over the rank's optimizer shard (the whole rank without the distributed
+  optimizer): prepare_grads (_copy_model_grads_to_main_grads: `main_grad.float()`, a view of fp32 main grads, a cast
+  of 16-bit ones; fp16: _unscale_main_grads_and_check_for_nan, torch._amp_foreach_non_finite_check_and_unscale_),
+  clip_grad_norm when --clip-grad > 0 (default 1.0: clip_grads.py get_grad_norm_fp32, multi_tensor_l2norm, and
+  clip_grad_by_total_norm_fp32, multi_tensor_scale of every gradient), the inner Adam, then
+  _copy_main_params_to_model_params (fp32 master -> 16-bit model; distrib_optimizer.py: into the parameter buffer
+  the all-gather sends). Under --use-precision-aware-optimizer Transformer Engine's FusedAdam writes the 16-bit
+  model weights itself (the copy returns early) and reads the main gradients as they are (decoupled_grad).
+The clip scale runs every step where Transformer Engine provides multi_tensor_scale_tensor (clip_coeff stays a
+tensor, clamped to 1); with apex alone only when the norm exceeds --clip-grad, as it usually does at the start of
+training. It is priced every step.
+
+Measured: the single-H100 Megatron-Core steps of measurements/h100-sxm5-80gb-2026-11-26-b/kernels (DP 1, no TE or
+apex: megatron-core's local fallbacks, torch.norm per tensor and copy_(src * scale)) show the two norms and the
+zeroing: linalg_vector_norm 2.87 ms for l4h4096-m2's 1.02 B parameters and 4.57 ms for l24h2048-m2-norc's 1.32 B
+(the NaN check and the clip norm, 4 + 4 B per parameter: 2.74 and 3.53 ms at 2.98 TB/s), fill_ 1.94 and 2.39 ms (the
+zeroing, 4 B: 1.37 and 1.77 ms, with the model's own fills). The clip scale and the master copy run inside the
+tables' mul / copy_ rows with the model's casts and cannot be told apart there.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.op import Op
+
+MEGATRON_STEP_OP = "optimizer.megatron_bookkeeping"
+MAIN_PARAM_BYTES = 4
+"""The fp32 master weight read by the copy back to the model."""
+
+
+def runs_megatron_step(cfg: TrainingConfig) -> bool:
+    """The job steps Megatron's optimizer wrapper on its DDP: a Megatron job whose Adam is the framework's (not a
+    plain-torch script stepping torch.optim: torch_optimizer_impl / master_weights), without FSDP or a CPU
+    optimizer (HybridDeviceOptimizer's passes run on the host)."""
+    o = cfg.optimizer
+    return (cfg.framework == "megatron" and o.fsdp == "none" and o.offload_optimizer == "none"
+            and not o.torch_optimizer_impl and (o.master_weights or cfg.precision == "fp32"))
+
+
+def ddp_bytes_per_param(cfg: TrainingConfig, grad_elem_bytes: int, dp_cp: int) -> float:
+    """Bytes per parameter of the rank that Megatron's DDP moves each step beyond the reduction: the zeroing (write
+    one gradient), the NaN check's norm (read one), the 1 / (dp x cp) pre-scale (read and write one) where it runs."""
+    per_param = grad_elem_bytes + (grad_elem_bytes if cfg.optimizer.grad_nan_check else 0)
+    if cfg.optimizer.grad_prescale and dp_cp > 1:
+        per_param += 2 * grad_elem_bytes
+    return float(per_param)
+
+
+def optimizer_bytes_per_param(cfg: TrainingConfig, grad_elem_bytes: int, param_elem_bytes: int) -> float:
+    """Bytes per parameter of the rank's optimizer shard that the wrapper moves around the Adam kernel: the cast of
+    16-bit main grads to fp32 (read 2, write 4), fp16's unscale (read and write 4), the clip's norm (read 4) and scale
+    (read and write 4), the master copied to the 16-bit model (read 4, write 2; none in fp32 or precision-aware)."""
+    o = cfg.optimizer
+    precision_aware = o.precision_aware and cfg.precision != "fp32"
+    per_param = 0.0
+    if grad_elem_bytes < 4 and not precision_aware:
+        per_param += grad_elem_bytes + 4
+    if cfg.precision == "fp16":
+        per_param += 8
+    if o.gradient_clipping > 0:
+        per_param += 4 + 8
+    if cfg.precision != "fp32" and not precision_aware:
+        per_param += MAIN_PARAM_BYTES + param_elem_bytes
+    return per_param
+
+
+def megatron_step_ops(cfg: TrainingConfig, rank_params: int, local: int, dp_cp: int, grad_elem_bytes: int,
+                      param_elem_bytes: int) -> list[Op]:
+    """One memory-bound op holding the passes above: over the rank's `rank_params` (DDP) and its optimizer shard
+    `local`; `dp_cp` is the size of the gradient reduction's group."""
+    if not runs_megatron_step(cfg) or rank_params <= 0:
+        return []
+    nbytes = (rank_params * ddp_bytes_per_param(cfg, grad_elem_bytes, dp_cp)
+              + local * optimizer_bytes_per_param(cfg, grad_elem_bytes, param_elem_bytes))
+    return [Op(MEGATRON_STEP_OP, "step_bookkeeping", "step", {"params": local, "rank_params": rank_params},
+               flops=0.0, bytes_moved=float(nbytes), dtype=cfg.precision)]
