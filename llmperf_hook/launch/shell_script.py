@@ -206,7 +206,9 @@ def _with_operator(value: str | None, op: str, word: str) -> str | None:
     return "" if empty else word
 
 
-_QUOTED_ALL = re.compile(r"(?<![^\s])\"\$(?:\{@\}|@)\"(?![^\s;&|])")
+_QUOTED_ALL = re.compile(r"\"\$(?:\{@\}|@)\"")
+"""`"$@"`, alone or within a word (`--x="$@"`, `"$@"x`)."""
+_ASSIGNMENT_START = re.compile(r"[A-Za-z_]\w*\+?=")
 
 
 def _operator_word(word: str, value_of: Callable[[str], str | None]) -> str | None:
@@ -241,8 +243,14 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         return found.group(0) if value is None else shlex.join(value.split())
 
     def each_arg(found: re.Match[str]) -> str:
-        at = found.start()  # the opening quote itself is not 'outside': the blank before it is
-        return shlex.join(args) if at < end and (at == 0 or outside[at - 1]) else found.group(0)
+        """One word per argument, the text before `"$@"` in its word joined to the first and the text after it to the
+        last (bash manual 3.4.2: `"pre$@post"`); none without arguments. Not in an assignment (`A="$@"` joins them)."""
+        at = found.start()
+        _, quote, _ = _scan(text[:at])
+        word = text[:at][max(text.rfind(c, 0, at) for c in " \t;&|(") + 1:]
+        if at >= end or quote or _ASSIGNMENT_START.match(word):
+            return found.group(0)
+        return shlex.join(args)
 
     text = _QUOTED_ALL.sub(each_arg, text)
     outside, _, end = _scan(text)  # where the words stand now: `"$@" $*` with no arguments moved `$*` back

@@ -1,7 +1,7 @@
 """H189: the launch front end against bash 5.2 itself: each branch of an undecided `if` starts from the values before
-it, `set -u` in loop bodies, `elif` tests, array elements and `$!`, `"$@" $*` without arguments, and brace expansion
-(nested, letters, zero-padded). Each script runs in the real bash with stub launchers (_compare): where bash
-launches, llmperf reads the same launch; where bash stops, llmperf refuses."""
+it, `set -u` in loop bodies, `elif` tests, array elements and `$!`, `"$@"` within a word and `"$@" $*` without
+arguments, and brace expansion (nested, letters, zero-padded). Each script runs in the real bash with stub launchers
+(_compare): where bash launches, llmperf reads the same launch; where bash stops, llmperf refuses."""
 
 from __future__ import annotations
 
@@ -121,6 +121,9 @@ WORDS = {  # the launch's words as bash makes them, with the script's arguments 
     "all_arguments_twice_without_any": (T + " \"$@\" $*", []),
     "star_then_at_without_any": (T + " $* \"$@\" $@", []),
     "all_arguments_twice": (T + " \"$@\" $*", ["a", "b c"]),
+    "all_arguments_within_words": (T + " \"$@\"x x\"$@\" --y=\"$@\" pre\"$@\"post \"$@\"\"$@\"", ["a", "b c"]),
+    "all_arguments_within_words_without_any": (T + " \"$@\"x x\"$@\" --y=\"$@\" \"$@\"\"$@\"", []),
+    "all_arguments_assigned_are_joined": ("A=\"$@\"\n" + T + " \"$A\"", ["a", "b c"]),
     "quoted_star_without_any": (T + " \"$*\" $@", []),
     "nested_list": (T + " x{a,{b,c}} x{a,b{1,2}}y {{1..2},b}", []),
     "letter_sequences": (T + " {a..e} {e..a..2} pre{A..C}post {a..z..0}", []),
