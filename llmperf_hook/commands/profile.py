@@ -131,7 +131,8 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
         click.echo(_end_reading(result, start, threads, budget_min))
     took = _time_line(result, started_s, time.perf_counter(), "end reading" if start is not None else "output")
     click.echo(f"{result.plan_note}")
-    click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)")
+    click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)"
+               f"{_sampled_in(result)}")
     click.echo(f"profile  {result.profile_dir}  ({len(result.fitted_classes)} regressors: "
                f"{', '.join(result.fitted_classes)})")
     click.echo(f"hardware {result.hardware_yaml}")
@@ -142,6 +143,23 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
         click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
     click.echo(took)
     click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+
+
+def _sampled_in(result: Any) -> str:
+    """' in 36.2 s of sampling': what ran, beside the plan line's 'this --budget measures about N of them (about S s)'."""
+    ends = dict(result.phase_ends_s)
+    if "sampling" not in ends or "start-up, torch and the peaks" not in ends:
+        return ""
+    line = f" in {ends['sampling'] - ends['start-up, torch and the peaks']:.1f} s of sampling"
+    expected = result.expected_measured
+    if expected and result.num_measured < SLOWER_THAN_PLANNED * expected:
+        load = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else "the load"
+        line += f", where the plan expected about {expected}: the shapes took longer than its estimates ({load})"
+    return line
+
+
+SLOWER_THAN_PLANNED = 0.8
+"""Fewer shapes measured than this share of the plan's expected_run are said beside the plan's figure."""
 
 
 def _time_line(result: Any, started_s: float, ended_s: float, last: str) -> str:

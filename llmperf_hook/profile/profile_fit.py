@@ -44,6 +44,8 @@ class ProfileResult:
     """The deadlines the run kept (the command's end reading keeps to its tail)."""
     phase_ends_s: tuple[tuple[str, float], ...] = ()
     """(phase, time.perf_counter() when it ended), in order: where the --budget went (commands/profile says it)."""
+    expected_measured: int | None = None
+    """Shapes the plan expected this --budget to measure (sampler.expected_run), None when not planned."""
 
 
 def _peaks(req: ProfileRequest, measured: Mapping[str, RooflineConstants]) -> dict[str, float]:
@@ -229,6 +231,7 @@ def _fit_groups(groups: Mapping[tuple[str, str, str], Samples], rooflines: Mappi
     fit. Every group is fitted, past `deadline_s` too: skipping one would drop a model an earlier run fitted from
     the store's samples, and a fit without its held-out error is 0.05-0.4 s (HOLDOUT_COST)."""
     entries, texts, notes = [], {}, []
+    started_s = time.perf_counter()
     todo = sorted(groups.items(), key=lambda kv: (kv[0][2] != dtype, kv[0]))
     fit_s = []
     for i, ((cls, phase, dt), s) in enumerate(todo):
@@ -241,10 +244,13 @@ def _fit_groups(groups: Mapping[tuple[str, str, str], Samples], rooflines: Mappi
         fit_s.append((time.perf_counter() - t0) / (HOLDOUT_COST if holdout else 1.0))
         entries.append(entry)
         texts[entry.file] = text
-    over_s = time.perf_counter() - deadline_s
-    if entries and over_s > 0.5:  # a resumed run's stored classes under a smaller --budget: said, not dropped
-        notes.append(f"fitting ran {over_s:.0f} s past its share of the --budget: every class with enough samples "
-                     f"is refitted (the store's earlier ones too, or their models would be dropped)")
+    ended_s = time.perf_counter()
+    if entries and ended_s - deadline_s > 0.5:  # a resumed run's stored classes under a smaller --budget: said
+        late = (f" (it started {started_s - deadline_s:.0f} s past it, the phases before it having run over, and took "
+                f"{ended_s - started_s:.0f} s)" if started_s > deadline_s else "")
+        notes.append(f"fitting ran {ended_s - deadline_s:.0f} s past its share of the --budget{late}: every class "
+                     f"with enough samples is refitted (the store's earlier ones too, or their models would be "
+                     f"dropped)")
     return entries, texts, notes
 
 
