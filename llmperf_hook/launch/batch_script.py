@@ -68,8 +68,8 @@ _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
 _HEREDOC_OPEN = re.compile(r"(?<!<)<<(?!<)")
 """The command holds the `<<` of the line's here-document (not a `<<<` here-string)."""
-_SUBSHELL_OPEN = re.compile(r"(?<![$(<>])\((?!\()")
-"""A `(` that opens a subshell: not `$(`, `<(`, `>(` or arithmetic `((`."""
+_SUBSHELL_OPEN = re.compile(r"(?<![$(<>=])\((?!\()")
+"""A `(` that opens a subshell: not `$(`, `<(`, `>(`, arithmetic `((` or an array's `=(` (`A+=(x); exit 1`)."""
 _WRITERS = frozenset({"cat", "tee"})
 """Commands whose here-document llmperf reads as the file they write (`cat > ds.json <<EOF`)."""
 _READS_INPUT = _WRITERS | {"sbatch"} | SHELLS

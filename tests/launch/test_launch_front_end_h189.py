@@ -29,6 +29,8 @@ BRANCHES = {  # where bash takes either branch, llmperf's reading gives the valu
         f"NP=2\nA=(x)\nif {NO_CFG}; then A=(y z); N=1; else N=${{#A[@]}}; fi\nNP=$((N * 2))\n" + T + "\n",
     "appended_flags_of_the_else_only": f"NP=2\nA=(--lr 1)\nif {NO_CFG}; then A+=(--bf16); B=1; else B=${{#A[@]}}; fi\n"
                                        "[ $B = 2 ] || exit 1\n" + T + " --save x\n",
+    "branch_that_appends_and_exits_on_one_line": f"NP=2\nA=(--lr 1)\nif {NO_CFG}; then A+=(--bf16); exit 1; fi\n"
+                                                   + T + " \"${A[@]}\"\n",
 }
 
 
