@@ -68,3 +68,51 @@ def test_refine_of_a_folder_that_is_no_run_says_so(tmp_path: Path, monkeypatch, 
     (tmp_path / "run" / "jobs" / "j1").mkdir(parents=True)  # a run whose job never took a step: as before
     code, _, err = run_cli(["refine", str(tmp_path / "run")], capsys)
     assert code == 2 and "the job recorded no step" in err
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "rank0.jsonl").read_text().splitlines() if line.strip()] \
+        if (run / "rank0.jsonl").is_file() else []
+
+
+def test_a_killed_session_is_said_ended_and_its_id_claim_released_by_refine(tmp_path: Path, monkeypatch,
+                                                                           capsys) -> None:
+    """Inside an allocation (SLURM_JOB_ID) the user's `llmperf run --instrument 2` is SIGKILLed (an OOM killer, a
+    scancel of the wrong step) after the job recorded its steps; the job itself runs on to its end. The session never
+    wrote its end nor refined: `llmperf refine RUN` says its session was killed and counted as ended (before, a
+    session without its end record gave no word), and the claim of slurm-4343 under $LLMPERF_HOME/job_ids is removed
+    once the store holds the refined run (before, claims were never removed)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run, home = tmp_path / "run", tmp_path / "home"
+    env = {**os.environ, "LLMPERF_HOME": str(home), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(REPO), "SLURM_JOB_ID": "4343"}
+    env.pop("SLURM_STEP_ID", None)
+    job = [sys.executable, str(REPO / "examples" / "cpu-testbed" / "train_gpt.py"), "--num-layers", "1",
+           "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "16", "--max-position-embeddings",
+           "16", "--micro-batch-size", "2", "--global-batch-size", "2", "--vocab-size", "128", "--train-iters", "400"]
+    session = subprocess.Popen([sys.executable, "-m", "llmperf_hook", "run", "--instrument", "2", "--run-dir", str(run),
+                                "--", *job], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while not any(r.get("kind") == "end" for r in _records(run)) and time.time() < deadline:
+        time.sleep(0.2)
+    session.send_signal(signal.SIGKILL)
+    session.wait()
+    child = next(r["pid"] for r in _records(run) if r.get("kind") == "meta")
+    while time.time() < deadline:  # the job, orphaned, runs to its own end
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    assert (home / "job_ids" / "slurm-4343").is_file()  # claimed at start, never refined
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    code, out, err = run_cli(["refine", str(run)], capsys)
+    assert code == 0, err
+    assert "job slurm-4343: torch on cpu, 1/1 ranks" in out
+    assert f"(pid {session.pid}) ended without recording its end (its process is gone: killed, or crashed)" in out
+    assert not (home / "job_ids" / "slurm-4343").exists()
