@@ -96,11 +96,12 @@ def with_terms(doc: dict, terms_of: dict) -> dict:
 
 def variants(doc: dict, home: Path, tmp: Path) -> Iterator[tuple[str, dict]]:
     from llmperf_hook.profile.cpu_framework_readings import fixed_parts, reading_terms
+    from llmperf_hook.profile.cpu_reading_plan import plan_of
 
     yield "as written", doc
     os.environ["LLMPERF_HOME"] = str(home_with(home, doc, tmp / "fixed"))  # the operator profile of the predictions
     yield "one fit of its median times", with_terms(doc, {
-        dt: reading_terms(median_times(e), fixed_parts(dt, CLUSTER), dt) for dt, e in doc["dtypes"].items()})
+        dt: reading_terms(median_times(e), fixed_parts(dt, CLUSTER, plan_of(e)), dt) for dt, e in doc["dtypes"].items()})
     for i in range(min(len(e.get("readings") or ()) for e in doc["dtypes"].values())):
         yield f"reading {i} alone", with_terms(doc, {dt: e["readings"][i] for dt, e in doc["dtypes"].items()})
 

@@ -159,18 +159,18 @@ def stop_children(procs: Sequence[subprocess.Popen]) -> None:
             proc.wait()
 
 
-def concurrent_child(dtype: str, threads: int) -> None:
-    """One process of ConcurrencyReader: per "go", the fwd+bwd CPU seconds of CONCURRENCY_SHAPES (medians of
-    REPS)."""
+def concurrent_child(dtype: str, threads: int, shapes: Sequence[Shape] = CONCURRENCY_SHAPES,
+                     reps: int = REPS) -> None:
+    """One process of ConcurrencyReader: per "go", the fwd+bwd CPU seconds of `shapes` (medians of `reps`)."""
     import torch
 
     torch.set_num_threads(threads)
-    steps = [fwd_bwd_fn(shape, dtype) for shape in CONCURRENCY_SHAPES]
+    steps = [fwd_bwd_fn(tuple(shape), dtype) for shape in shapes]
     for step in steps:
         step()
     _answer("ready")
     for _ in sys.stdin:
-        _answer([_median_s(step, REPS) for step in steps])
+        _answer([_median_s(step, reps) for step in steps])
 
 
 def concurrent_ranks(threads: int) -> tuple[int, ...]:
@@ -183,10 +183,10 @@ class ConcurrencyReader:
     """concurrent_child processes; `reading()` = {ranks: slowdown} (module docstring), or None once one of them
     failed (all closed then: predictions take ranks as independent)."""
 
-    def __init__(self, dtype: str, threads: int, ranks: Sequence[int] = (),
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+    def __init__(self, dtype: str, threads: int, ranks: Sequence[int] = (), start_timeout_s: float = START_TIMEOUT_S,
+                 shapes: Sequence[Shape] = CONCURRENCY_SHAPES, reps: int = REPS) -> None:
         code = (f"from llmperf_hook.profile.cpu_engine_cost import concurrent_child; "
-                f"concurrent_child({dtype!r}, {threads})")
+                f"concurrent_child({dtype!r}, {threads}, {tuple(shapes)!r}, {reps})")
         self.ranks = tuple(ranks) or concurrent_ranks(threads)
         self.children = [Reader(code, threads) for _ in range(max(self.ranks))]
         self.deadline = time.monotonic() + start_timeout_s  # the children start at once: one deadline for all
@@ -237,9 +237,10 @@ class EngineReader:
     """cpu_engine_workers.deepspeed_child; `reading()` = its raw times, or None once it failed (no DeepSpeed, a
     crash)."""
 
-    def __init__(self, dtype: str, threads: int, start_timeout_s: float = START_TIMEOUT_S) -> None:
+    def __init__(self, dtype: str, threads: int, start_timeout_s: float = START_TIMEOUT_S,
+                 shapes: Sequence[Shape] | None = None, reps: int | None = None) -> None:
         code = (f"from llmperf_hook.profile.cpu_engine_workers import deepspeed_child; "
-                f"deepspeed_child({dtype!r}, {threads})")
+                f"deepspeed_child({dtype!r}, {threads}, {tuple(shapes) if shapes else None!r}, {reps!r})")
         self.child: Reader | None = Reader(code, threads)
         try:
             self.child.started(start_timeout_s)
@@ -302,11 +303,14 @@ def partition_fraction(params: Sequence[int], step_extra_s: Sequence[float], tot
     return min(1.0, step_per_param / total["per_param_s"])
 
 
-def engine_model_rows(dtype: str, hardware_name: str) -> list[tuple[int, int, dict]]:
-    """Per DEEPSPEED_SHAPES: (parameters, optimizer tensors as DeepSpeed steps them, predicted parts)."""
+def engine_model_rows(dtype: str, hardware_name: str,
+                      shapes: Sequence[Shape] | None = None) -> list[tuple[int, int, dict]]:
+    """Per engine shape (default DEEPSPEED_SHAPES): (parameters, optimizer tensors as DeepSpeed steps them, predicted
+    parts)."""
     from llmperf_hook.profile.cpu_framework import parameter_counts, predicted_parts
 
-    return [(*parameter_counts(shape), predicted_parts(shape, dtype, hardware_name)) for shape in DEEPSPEED_SHAPES]
+    return [(*parameter_counts(shape), predicted_parts(shape, dtype, hardware_name))
+            for shape in (shapes or DEEPSPEED_SHAPES)]
 
 
 def deepspeed_terms(raw: Mapping[str, Sequence[Sequence[float]]], cost: Mapping[str, float],

@@ -34,12 +34,12 @@ def _engine(shape: Shape, zero: int, dtype: str):
     return engine, data
 
 
-def _engine_step_s(engine, data) -> tuple[float, float]:
-    """Median seconds of ENGINE_REPS engine steps: (forward + backward, step)."""
+def _engine_step_s(engine, data, reps: int | None = None) -> tuple[float, float]:
+    """Median seconds of `reps` (default ENGINE_REPS) engine steps: (forward + backward, step)."""
     from llmperf_hook.profile.op_sampler import cpu_clock
 
     clock, fb, st = cpu_clock(), [], []
-    for _ in range(ec.ENGINE_REPS):
+    for _ in range(reps or ec.ENGINE_REPS):
         t0 = clock()
         engine.backward(engine(data[:, :-1], data[:, 1:]))
         t1 = clock()
@@ -49,7 +49,7 @@ def _engine_step_s(engine, data) -> tuple[float, float]:
     return statistics.median(fb), statistics.median(st)
 
 
-def _engine_worker(conn, shape: Shape, zero: int, dtype: str, parent_pid: int) -> None:
+def _engine_worker(conn, shape: Shape, zero: int, dtype: str, parent_pid: int, reps: int | None = None) -> None:
     """One engine in a process of its own (forked by deepspeed_child): world size 1 on its own port; per "go" on
     `conn`, [fwd+bwd s, step s] (_engine_step_s). It ends on any other message, or once its parent is gone: a
     sibling forked later holds a copy of `conn`'s other end, so its closing is no end of file here."""
@@ -63,20 +63,23 @@ def _engine_worker(conn, shape: Shape, zero: int, dtype: str, parent_pid: int) -
         if conn.poll(1.0):
             if conn.recv() != "go":
                 return
-            conn.send(list(_engine_step_s(engine, data)))
+            conn.send(list(_engine_step_s(engine, data, reps)))
 
 
-def _start_engine_workers(dtype: str) -> list[tuple[int, Any, Any]]:
-    """[(zero stage, connection, process)] of one forked _engine_worker per (ZeRO stage, DEEPSPEED_SHAPES), each
-    started once the one before it built its engine (one build at a time, as before)."""
+def _start_engine_workers(dtype: str, shapes: Sequence[Shape] | None = None,
+                          reps: int | None = None) -> list[tuple[int, Any, Any]]:
+    """[(zero stage, connection, process)] of one forked _engine_worker per (ZeRO stage, `shapes`: default
+    DEEPSPEED_SHAPES, cpu_reading_plan.py's plan otherwise), each started once the one before it built its engine (one
+    build at a time, as before)."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
     workers = []
     for zero in range(4):
-        for shape in ec.DEEPSPEED_SHAPES:
+        for shape in shapes or ec.DEEPSPEED_SHAPES:
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_engine_worker, args=(theirs, shape, zero, dtype, os.getpid()), daemon=True)
+            proc = ctx.Process(target=_engine_worker, args=(theirs, tuple(shape), zero, dtype, os.getpid(), reps),
+                               daemon=True)
             proc.start()
             theirs.close()
             if mine.recv() != "ready":
@@ -85,10 +88,10 @@ def _start_engine_workers(dtype: str) -> list[tuple[int, Any, Any]]:
     return workers
 
 
-def deepspeed_child(dtype: str, threads: int) -> None:
-    """EngineReader's process (one rank, gloo): an engine per (ZeRO stage, DEEPSPEED_SHAPES), each in a process of
-    its own forked from this one after the imports (_engine_worker), built once; per "go", {zero stage: [[fwd+bwd
-    s, step s] per shape]}, each engine's ENGINE_REPS steps in turn.
+def deepspeed_child(dtype: str, threads: int, shapes: Sequence[Shape] | None = None, reps: int | None = None) -> None:
+    """EngineReader's process (one rank, gloo): an engine per (ZeRO stage, `shapes`: default DEEPSPEED_SHAPES), each
+    in a process of its own forked from this one after the imports (_engine_worker), built once; per "go", {zero
+    stage: [[fwd+bwd s, step s] per shape]}, each engine's `reps` (default ENGINE_REPS) steps in turn.
 
     One process per engine because a real job is one: glibc's malloc raises its mmap threshold (and with it the
     heap-trim threshold, 2x) to the largest mmapped block a process has freed, and never lowers it. In a fresh
@@ -118,7 +121,7 @@ def deepspeed_child(dtype: str, threads: int) -> None:
         import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401
     except ImportError:
         pass
-    workers = _start_engine_workers(dtype)
+    workers = _start_engine_workers(dtype, shapes, reps)
     ec._answer("ready")
     for _ in sys.stdin:
         out: dict[str, list[list[float]]] = {}

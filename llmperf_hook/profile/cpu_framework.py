@@ -42,6 +42,10 @@ describes), gradients set to None before every backward as a training step does:
 6. The CPU time gloo's transport threads spend per byte a rank puts on the wire, from a DeepSpeed engine at world
    size 2 against the same at world size 1 (cpu_rank_transport.py): what a multi-rank step costs in CPU that 4. and
    5. (one rank, or ranks without a process group) cannot see.
+The shapes named above are the full plan's. A dtype whose steps cost over twice fp32's on this CPU (bf16 without a
+native kernel: ATen's fallback on an AVX2-only EPYC, ~2.5-3 min of CPU a full reading) is read on the light plan
+instead: the same terms by the same differences, in that dtype, on steps of fewer tokens and smaller hidden sizes
+(cpu_reading_plan.py; each entry's `reading_plan` says which plan and how each term was obtained).
 The result is `framework_overhead.json` in the profile directory (FILE_NAME, written by
 cpu_framework_readings.write_framework_overhead); predict/cpu_framework.py adds it to the op times of every
 prediction on that hardware. torch is imported inside the functions only.
@@ -403,15 +407,19 @@ def measured_steps(doc: dict) -> dict[str, float]:
     """{step key: measured seconds} of every whole step the file measured (each dtype's reference
     forward+backward rows and DeepSpeed engine steps): the same keys in every file of STEP_VERSIONS, but the engine
     steps of a file measured one process per engine (cpu_engine_cost.ENGINE_METHOD) keyed apart from those of the
-    files before it: they include the page faults those did not (a method's change, not the machine's drift)."""
+    files before it: they include the page faults those did not (a method's change, not the machine's drift); and
+    the engine steps of a dtype measured on another plan than the full one (cpu_reading_plan.py: other shapes under the
+    same engine index) keyed by that plan."""
     out: dict[str, float] = {}
     engine = "deepspeed_process_z" if doc.get("engine_method") else "deepspeed_z"
     for dtype, entry in (doc.get("dtypes") or {}).items():
         for i, row in enumerate(entry.get("samples") or []):
             out[f"{dtype}/fwd_bwd/" + "x".join(map(str, row.get("shape") or [i]))] = float(row["fwd_bwd_s"])
+        plan = (entry.get("reading_plan") or {}).get("name", "full")
         for zero, stage in (entry.get("deepspeed_step") or {}).items():
             for i, sample in enumerate(stage.get("samples") or []):
-                out[f"{dtype}/{engine}{zero}/{i}"] = float(sample[1] + sample[2])
+                key = f"{engine}{zero}/{i}" if plan == "full" else f"{plan}/{engine}{zero}/{i}"
+                out[f"{dtype}/{key}"] = float(sample[1] + sample[2])
     return {k: v for k, v in out.items() if v > 0}
 
 

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from llmperf_hook.profile import cpu_framework as cf
+from llmperf_hook.profile.cpu_reading_plan import FULL, ReadingPlan, choose_plan, plan_record
 
 MIN_READINGS = 3
 """Fewest readings per dtype: the median of 3 outvotes one disturbed reading."""
@@ -76,24 +77,24 @@ class FixedParts:
     tiny: tuple[dict, dict]
     """predicted_parts of TINY_LAYERS, with their parameter counts ("params")."""
     rows: tuple[dict, ...]
-    """Per REFERENCE_SHAPES: shape, predicted compute seconds, units, bytes, predicted optimizer seconds,
-    parameter tensors, parameters."""
+    """Per reference shape of the plan (cpu_reading_plan.py; REFERENCE_SHAPES in the full one): shape, predicted
+    compute seconds, units, bytes, predicted optimizer seconds, parameter tensors, parameters."""
     engine_rows: tuple[tuple[int, int, dict], ...]
     """cpu_engine_cost.engine_model_rows."""
 
 
-def fixed_parts(dtype: str, hardware_name: str) -> FixedParts:
+def fixed_parts(dtype: str, hardware_name: str, plan: ReadingPlan = FULL) -> FixedParts:
     from llmperf_hook.profile.cpu_engine_cost import engine_model_rows
 
     tiny = tuple({**cf.predicted_parts(s, dtype, hardware_name), "params": cf.parameter_counts(s)[0]}
                  for s in cf.TINY_LAYERS)
     rows = []
-    for shape in cf.REFERENCE_SHAPES:
+    for shape in plan.reference:
         parts, (params, tensors) = cf.predicted_parts(shape, dtype, hardware_name), cf.parameter_counts(shape)
         rows.append({"shape": list(shape), "predicted_compute_s": parts["compute_s"], "units": parts["units"],
                      "bytes": parts["bytes"], "predicted_optimizer_s": parts["optimizer_s"],
                      "tensors": tensors, "params": params})
-    return FixedParts(tiny, tuple(rows), tuple(engine_model_rows(dtype, hardware_name)))
+    return FixedParts(tiny, tuple(rows), tuple(engine_model_rows(dtype, hardware_name, plan.deepspeed)))
 
 
 class OutOfTime(Exception):
@@ -103,11 +104,13 @@ class OutOfTime(Exception):
 class _InProcess:
     """The parent's own timed work, built once: tiny and reference steps, AdamW over tensors and flat."""
 
-    def __init__(self, dtype: str) -> None:
-        self.dtype = dtype
+    plan: ReadingPlan = FULL
+
+    def __init__(self, dtype: str, plan: ReadingPlan = FULL) -> None:
+        self.dtype, self.plan = dtype, plan
         self.tiny = [cf.fwd_bwd_fn(s, dtype) for s in cf.TINY_LAYERS]
-        self.steps = [cf.fwd_bwd_fn(s, dtype) for s in cf.REFERENCE_SHAPES]
-        self.optimizers = [cf.optimizer_steps(s) for s in cf.REFERENCE_SHAPES]
+        self.steps = [cf.fwd_bwd_fn(s, dtype) for s in plan.reference]
+        self.optimizers = [cf.optimizer_steps(s) for s in plan.reference]
 
     def reading(self, hardware_name: str, end_s: float = float("inf")) -> dict:
         """One reading; OutOfTime once time.perf_counter() passes `end_s` between its parts (a part is seconds
@@ -118,9 +121,9 @@ class _InProcess:
             if time.perf_counter() > end_s:
                 raise OutOfTime()
 
-        def timed(fn: Any, reps: int = cf.REPS) -> float:
+        def timed(fn: Any) -> float:
             in_time()
-            return cf._median_s(fn, reps)
+            return cf._median_s(fn, self.plan.reps)
 
         in_time()
         small_s, diff_s = cf.paired_difference_s(*self.tiny, TINY_PAIRS)
@@ -128,7 +131,7 @@ class _InProcess:
                "fwd_bwd_s": [timed(f) for f in self.steps],
                "optimizer_s": [[timed(t), timed(f)] for t, f in self.optimizers]}
         in_time()
-        raw["bias"] = cf.measure_profile_bias(self.dtype, hardware_name, cf.BIAS_SHAPES)
+        raw["bias"] = cf.measure_profile_bias(self.dtype, hardware_name, self.plan.bias)
         in_time()
         raw["tiny_isolated_diff_s"] = cf.isolated_difference_s(self.dtype, hardware_name, *cf.TINY_LAYERS)
         # Diagnostic: > 1 when this process waited for a core (another program held it) during the reading.
@@ -251,7 +254,9 @@ TRANSPORT_MIN_LEFT_S = 45.0
 def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
                                time_box_s: float = cf.RESERVED_S) -> dict | None:
     """The module docstring's readings for one dtype: the median terms, the samples behind them, every
-    reading's terms and the spread between them; None when the box was spent before a reading began. The box is
+    reading's terms and the spread between them, and the plan of steps that measured them (cpu_reading_plan.py: the
+    light one where the dtype's steps are over LIGHT_ABOVE x fp32's here, chosen inside the box); None when the box
+    was spent before a reading began. The box is
     kept: a child that does not start (or answer) in its part of it is left out, and a reading begins only when one
     as long as the last would end in it, MIN_READINGS or not (the entry's `readings` say how many)."""
     from llmperf_hook.profile.cpu_engine_cost import ConcurrencyReader, EngineReader
@@ -259,14 +264,17 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
 
     t0 = time.perf_counter()
     end_s = t0 + time_box_s
-    fixed, local = fixed_parts(dtype, hardware_name), _InProcess(dtype)
-    engine = EngineReader(dtype, threads, max(0.0, ENGINE_START_SHARE * (end_s - time.perf_counter())))
+    plan, ratio = choose_plan(dtype)  # cpu_reading_plan.py: the light plan where the dtype's steps are slow here
+    fixed, local = fixed_parts(dtype, hardware_name, plan), _InProcess(dtype, plan)
+    engine = EngineReader(dtype, threads, max(0.0, ENGINE_START_SHARE * (end_s - time.perf_counter())),
+                          shapes=plan.deepspeed, reps=plan.reps)
     conc = ConcurrencyReader(dtype, threads, start_timeout_s=max(0.0, CONCURRENCY_START_SHARE
-                                                                 * (end_s - time.perf_counter())))
+                                                                 * (end_s - time.perf_counter())),
+                             shapes=plan.concurrency, reps=plan.reps)
     left_s = end_s - time.perf_counter()
     # One thread per rank only: with an intra-op pool, process - calling-thread CPU is no longer gloo's alone.
-    transport = TransportReader(dtype, threads, TRANSPORT_START_SHARE * left_s) \
-        if left_s >= TRANSPORT_MIN_LEFT_S and threads == 1 else None
+    transport = TransportReader(dtype, threads, TRANSPORT_START_SHARE * left_s, engines=plan.transport,
+                                reps=plan.reps) if left_s >= TRANSPORT_MIN_LEFT_S and threads == 1 else None
     raws, loads, last_s = [], [], 0.0
     try:
         while len(raws) < MAX_READINGS and time.perf_counter() + last_s < end_s:
@@ -286,7 +294,9 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
         engine.close()
         if transport:
             transport.close()
-    return summarize(raws, fixed, dtype, loads, time.perf_counter() - t0) if raws else None
+    if not raws:
+        return None
+    return {**summarize(raws, fixed, dtype, loads, time.perf_counter() - t0), "reading_plan": plan_record(plan, ratio)}
 
 
 def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, loads: Sequence[float],
@@ -327,8 +337,10 @@ def describe_spread(doc: Mapping[str, Any]) -> str:
         waits = [w for w in entry.get("reading_wall_per_cpu") or () if w]
         if waits:  # did the in-process part of a reading wait for a core (other programs on the machine)?
             parts.append(f"wall / CPU time of the in-process readings {min(waits):.2f}-{max(waits):.2f}")
-        num = len(entry.get("readings") or [])
-        lines.append(f"framework cost {dtype}: fitted on the median times of {num} readings (load "
+        num, plan = len(entry.get("readings") or []), entry.get("reading_plan") or {}
+        how = "" if plan.get("name", "full") == "full" else (  # cpu_reading_plan.py
+            f" ({plan['name']} plan: smaller steps, a {dtype} step {plan.get('step_per_fp32') or 0:.1f}x fp32's here)")
+        lines.append(f"framework cost {dtype}{how}: fitted on the median times of {num} readings (load "
                      f"{min(loads):.2f}-{max(loads):.2f}, {entry.get('measure_s', 0):.0f} s); spread between "
                      f"readings (half-range / median): " + ", ".join(parts))
     return "\n".join(lines)
@@ -409,7 +421,7 @@ def _measure_dtypes(hardware_name: str, dtypes: Sequence[str], threads: int, dea
                      "prediction; AdamW per tensor and flat; 2 ranks paired with alone; DeepSpeed engine step "
                      "against the prediction of the same model; gloo transport CPU per wire byte of a world-size-2 "
                      "engine beyond world size 1), fitted once on each time's median over interleaved "
-                     "readings",
+                     "readings; each dtype on the steps of its entry's reading_plan (cpu_reading_plan.py)",
            "engine_method": ENGINE_METHOD, "dtypes": {}, "reference": [], "loads_1m": []}
     t0 = time.perf_counter()
     share_s, spent_s = ((cf.RESERVED_S if deadline_s is None else deadline_s - t0) / len(dtypes), 0.0)

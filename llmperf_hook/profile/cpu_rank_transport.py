@@ -113,10 +113,10 @@ class WireCounter:
         self.wire_bytes, self.calls = 0.0, 0
 
 
-def _engine_rows(engine, data, counter: WireCounter) -> list[float]:
-    """Medians over ENGINE_REPS steps: [wire bytes, calls, transport threads' CPU s, process CPU s]."""
+def _engine_rows(engine, data, counter: WireCounter, reps: int = ENGINE_REPS) -> list[float]:
+    """Medians over `reps` steps: [wire bytes, calls, transport threads' CPU s, process CPU s]."""
     rows = []
-    for _ in range(ENGINE_REPS):
+    for _ in range(reps):
         counter.reset()
         p0, t0 = time.process_time(), time.thread_time()
         engine.backward(engine(data[:, :-1], data[:, 1:]))
@@ -126,9 +126,10 @@ def _engine_rows(engine, data, counter: WireCounter) -> list[float]:
     return [statistics.median(col) for col in zip(*rows)]
 
 
-def transport_child(dtype: str, threads: int, world_size: int, rank: int, port: int) -> None:
-    """One process of TransportReader: the engines of TRANSPORT_ENGINES at `world_size`; per
-    "go", [[wire bytes, calls, transport CPU s, process CPU s] per engine]."""
+def transport_child(dtype: str, threads: int, world_size: int, rank: int, port: int,
+                    engines: Sequence[tuple[int, Shape]] = TRANSPORT_ENGINES, reps: int = ENGINE_REPS) -> None:
+    """One process of TransportReader: the (ZeRO stage, shape) `engines` at `world_size`; per "go", [[wire bytes,
+    calls, transport CPU s, process CPU s] per engine], medians of `reps` steps."""
     import torch
 
     torch.set_num_threads(threads)
@@ -142,8 +143,8 @@ def transport_child(dtype: str, threads: int, world_size: int, rank: int, port: 
 
     counter = WireCounter(world_size)
     deepspeed.init_distributed(dist_backend="gloo")
-    engines = []
-    for zero, (layers, hidden, seq, mbs) in TRANSPORT_ENGINES:
+    built = []
+    for zero, (layers, hidden, seq, mbs) in engines:
         torch.manual_seed(0)
         model = _gpt(layers, hidden, seq)
         config = {"train_micro_batch_size_per_gpu": mbs, "gradient_accumulation_steps": 1,
@@ -155,22 +156,24 @@ def transport_child(dtype: str, threads: int, world_size: int, rank: int, port: 
         for _ in range(ENGINE_WARMUP):
             engine.backward(engine(data[:, :-1], data[:, 1:]))
             engine.step()
-        engines.append((engine, data))
+        built.append((engine, data))
     _answer("ready")
     for _ in sys.stdin:
-        _answer([_engine_rows(engine, data, counter) for engine, data in engines])
+        _answer([_engine_rows(engine, data, counter, reps) for engine, data in built])
 
 
 class TransportReader:
     """transport_child at world size 1 and a pair at world size 2; `reading()` = {"single": rows, "pair": [rows,
     rows]} (module docstring), or None once a child failed (all closed then: predictions leave the term out)."""
 
-    def __init__(self, dtype: str, threads: int, start_timeout_s: float) -> None:
+    def __init__(self, dtype: str, threads: int, start_timeout_s: float,
+                 engines: Sequence[tuple[int, Shape]] = TRANSPORT_ENGINES, reps: int = ENGINE_REPS) -> None:
         port = _free_port()
         code = ("from llmperf_hook.profile.cpu_rank_transport import transport_child; "
-                "transport_child({!r}, {}, {}, {}, {})")
-        self.children = [Reader(code.format(dtype, threads, 1, 0, _free_port()), threads)] + \
-            [Reader(code.format(dtype, threads, 2, rank, port), threads) for rank in (0, 1)]
+                "transport_child({!r}, {}, {}, {}, {}, {!r}, {})")
+        engines = tuple((zero, tuple(shape)) for zero, shape in engines)
+        self.children = [Reader(code.format(dtype, threads, 1, 0, _free_port(), engines, reps), threads)] + \
+            [Reader(code.format(dtype, threads, 2, rank, port, engines, reps), threads) for rank in (0, 1)]
         deadline = time.monotonic() + start_timeout_s
         try:
             for child in self.children:

@@ -195,13 +195,13 @@ def test_a_small_box_does_not_start_the_transport_children(monkeypatch: pytest.M
     started = []
 
     class Transport(Idle):
-        def __init__(self, dtype: str, threads: int, start_timeout_s: float) -> None:
+        def __init__(self, dtype: str, threads: int, start_timeout_s: float, **plan) -> None:
             started.append(start_timeout_s)
 
         def reading(self, timeout_s: float) -> dict:
             return {"single": [], "pair": [[], []]}
 
-    for target, name, value in ((cfr, "fixed_parts", lambda dtype, hw: None), (cfr, "_InProcess", Local),
+    for target, name, value in ((cfr, "fixed_parts", lambda dtype, hw, plan: None), (cfr, "_InProcess", Local),
                                 (ce, "EngineReader", Idle), (ce, "ConcurrencyReader", Idle),
                                 (crt, "TransportReader", Transport),
                                 (cfr, "summarize", lambda raws, fixed, dtype, loads, took_s: {"raws": raws})):

@@ -30,12 +30,10 @@ TINY: tuple[tuple[int, int, int, int], ...] = ((1, 32, 16, 1),)
 def test_each_engine_is_measured_in_a_process_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("deepspeed")
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    monkeypatch.setattr(ec, "DEEPSPEED_SHAPES", TINY)
-    monkeypatch.setattr(ec, "ENGINE_REPS", 2)
     monkeypatch.setattr(ec, "ENGINE_WARMUP", 1)
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
         monkeypatch.setenv(key, value)
-    workers = ew._start_engine_workers("fp32")
+    workers = ew._start_engine_workers("fp32", TINY, 2)  # a reading plan's shapes and repetitions (cpu_reading_plan)
     try:
         assert [zero for zero, _, _ in workers] == [0, 1, 2, 3]
         pids = {proc.pid for _, _, proc in workers}

@@ -101,21 +101,21 @@ def test_the_framework_cost_keeps_its_time_box(monkeypatch: pytest.MonkeyPatch) 
     from llmperf_hook.profile import cpu_rank_transport as crt
 
     class Local:
-        def __init__(self, dtype: str) -> None:
+        def __init__(self, dtype: str, plan: object) -> None:
             pass
 
         def reading(self, hardware: str, end_s: float) -> dict:
             time.sleep(0.6)
             return {"r": 1}
 
-    monkeypatch.setattr(cfr, "fixed_parts", lambda dtype, hw: None)
+    monkeypatch.setattr(cfr, "fixed_parts", lambda dtype, hw, plan: None)
     monkeypatch.setattr(cfr, "_InProcess", Local)
-    monkeypatch.setattr(ce, "EngineReader", lambda dtype, threads, timeout_s: _Child(5.0, 0.1, timeout_s, {"0": []}))
+    monkeypatch.setattr(ce, "EngineReader", lambda dtype, threads, timeout_s, **plan: _Child(5.0, 0.1, timeout_s, {"0": []}))
     monkeypatch.setattr(ce, "ConcurrencyReader",
-                        lambda dtype, threads, start_timeout_s: _Child(0.1, 0.2, start_timeout_s, {"2": 1.1}))
+                        lambda dtype, threads, start_timeout_s, **plan: _Child(0.1, 0.2, start_timeout_s, {"2": 1.1}))
     transport_starts: list[float] = []
 
-    def transport(dtype: str, threads: int, start_timeout_s: float) -> _Child:
+    def transport(dtype: str, threads: int, start_timeout_s: float, **plan) -> _Child:
         transport_starts.append(start_timeout_s)
         return _Child(9.0, 0.1, start_timeout_s, {})
 
