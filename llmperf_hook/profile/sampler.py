@@ -257,6 +257,9 @@ def describe_expected(run: tuple[int, float, int], planned: int) -> str:
     count, seconds, past = run
     if count == planned:
         return f"this --budget measures them all (about {seconds:.0f} s)"
+    if count == 0:
+        return ("this --budget measures none of them (no sampling time left, and every class asked for has its first "
+                "fit's shapes; a longer --budget measures more)")
     first_fits = f", {past} of them first-fit shapes past its sampling deadline" if past else ""
     return (f"this --budget measures about {count} of them (about {seconds:.0f} s{first_fits}; a longer --budget or "
             f"the same command again measures the rest)")

@@ -56,3 +56,7 @@ def test_fits_that_started_late_say_it() -> None:
     said = [re.match(r"fitting ran (\d+) s past its share of the --budget \(it started 5 s past it, the phases "
                      r"before it having run over, and took (\d+) s\)", note) for note in notes]
     assert any(m and abs(int(m[1]) - 5 - int(m[2])) <= 1 for m in said), notes  # its own time: LightGBM's import
+
+
+def test_none_expected_is_said_as_none() -> None:
+    assert describe_expected((0, 0.0, 0), 48).startswith("this --budget measures none of them (no sampling time left")
