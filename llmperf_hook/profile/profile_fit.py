@@ -132,8 +132,8 @@ def framework_file_after_refit(profile_dir: Path, earlier: SampleSet | None, ent
     every dtype it covers was refitted from the samples the earlier models were fitted from (same classes, and per
     class the same number of samples over the same ranges: no shape measured or recorded since), the usual case of
     the refit that a profile without its digest names: the cost was measured against regressors of those samples.
-    Else the file is removed: its compute scale and residuals were measured against regressors that changed. Says
-    which it did."""
+    Else the dtypes whose samples changed are removed from it (the whole file when none is left): their compute scale
+    and residuals were measured against regressors that changed. Says which it did."""
     from llmperf_hook.profile.cpu_framework import FILE_NAME, MIN_BUDGET_MIN
     from llmperf_hook.profile.cpu_framework_readings import put_back_replaced
 
@@ -152,10 +152,32 @@ def framework_file_after_refit(profile_dir: Path, earlier: SampleSet | None, ent
         return (f"framework cost kept ({path}, {', '.join(covered)}): this refit measured no new shape for "
                 f"{'that dtype' if len(covered) == 1 else 'those dtypes'}, so their regressors are fitted from the "
                 f"samples the cost was measured against")
+    kept = [dt for dt in covered if dt not in changed]
+    what = "; ".join(f"{dt} ({why})" for dt, why in sorted(changed.items()))
+    if kept and _drop_dtypes(path, set(changed)):
+        return (f"framework cost of {', '.join(sorted(changed))} removed from {path}, kept for {', '.join(kept)}: it "
+                f"was measured against the earlier fit, and this refit changed {what}; predictions in "
+                f"{', '.join(sorted(changed))} on this CPU use the operator profile alone until {measure}")
     path.unlink(missing_ok=True)
     return (f"framework cost removed ({path}): it was measured against the earlier fit, and this refit changed "
-            f"{'; '.join(f'{dt} ({why})' for dt, why in sorted(changed.items()))}; predictions on this CPU use the "
-            f"operator profile alone until {measure}")
+            f"{what}; predictions on this CPU use the operator profile alone until {measure}")
+
+
+def _drop_dtypes(path: Path, dtypes: set[str]) -> bool:
+    """Rewrite the framework file without `dtypes` (a temporary file renamed over it); False when it cannot be."""
+    import os
+
+    fresh = path.with_name(path.name + ".tmp")
+    try:
+        doc = json.loads(path.read_text())
+        doc["dtypes"] = {dt: v for dt, v in doc["dtypes"].items() if dt not in dtypes}
+        fresh.write_text(json.dumps(doc, indent=1))
+        os.replace(fresh, path)
+        return True
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    finally:
+        fresh.unlink(missing_ok=True)
 
 
 def _framework_dtypes(path: Path) -> list[str] | None:

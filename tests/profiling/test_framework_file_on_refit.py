@@ -111,3 +111,14 @@ def test_without_a_framework_file_the_note_says_how_to_measure_it(home: Path) ->
     result = _fit(_gemm(12))
     note = _note(result, "framework cost on the CPU")
     assert "not measured: `llmperf profile --device cpu --budget 3 --name refit-box` measures it" in note, note
+
+
+def test_only_the_changed_dtype_is_removed(home: Path) -> None:
+    """fp32 and bf16 measured; a bf16 refit with new shapes: fp32's cost was measured against fp32 regressors that did
+    not change, so it stays."""
+    _fit({**_gemm(12), **_gemm(9, "bf16")})
+    path = _framework_file(home, ("bf16", "fp32"))
+    result = _fit({**_gemm(12), **_gemm(16, "bf16")}, measured=7)
+    assert list(json.loads(path.read_text())["dtypes"]) == ["fp32"]
+    note = _note(result, "framework cost of bf16 removed")
+    assert f"removed from {path}, kept for fp32" in note and "bf16 (gemm/fwd 9 -> 16 samples)" in note, note
