@@ -13,10 +13,11 @@ For every run it prints the measured median step (warm-up and profiled steps exc
   refined    the profile prediction after `llmperf refine` ingested ONE other run of the same framework
              (leave-one-out: every other run in turn; the mean over those choices is printed).
 
-plus predicted vs measured peak memory: against the caching allocator's reserved peak (what nvidia-smi shows, less
-the CUDA context), and the prediction less its CUDA context against the allocated peak (what must fit: on a failed
-cudaMalloc torch frees its cached blocks and retries, so reserved-but-free memory does not cause an out-of-memory
-error). No calibration of the user's
+plus predicted vs measured peak memory, both less the CUDA context (torch's counters leave it out): the predicted
+peak against the caching allocator's reserved peak (what nvidia-smi shows), and the predicted allocated bytes (the
+peak less the allocator's reserve, schedule/allocator_reserve.py) against the allocated peak (what must fit: on a
+failed cudaMalloc torch frees its cached blocks and retries, so reserved-but-free memory does not cause an
+out-of-memory error). No calibration of the user's
 $LLMPERF_HOME is used: each prediction runs against an empty temporary home.
 """
 
@@ -54,9 +55,15 @@ class Row:
     """The caching allocator's allocated peak (no cached free blocks, no CUDA context)."""
 
     @property
-    def predicted_tensor_bytes(self) -> int:
+    def predicted_reserved_bytes(self) -> int:
         """The predicted peak less the CUDA context, which torch's counters leave out too."""
         return self.predicted_peak_bytes - int(self.prediction_json["memory"]["components"].get("cuda_context", 0))
+
+    @property
+    def predicted_tensor_bytes(self) -> int:
+        """The predicted allocated bytes: the peak less the CUDA context and the allocator's reserve."""
+        reserve = int(self.prediction_json["memory"]["components"].get("allocator_fragmentation", 0))
+        return self.predicted_reserved_bytes - reserve
 
 
 def device_presets(folder: Path) -> tuple[str, str]:
@@ -149,12 +156,12 @@ def main() -> None:
     where = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     print(f"{len(rows)} measured runs from {where} (hardware {hardware}, cluster {cluster})")
     print(f"{'run':4s} {'framework':18s} {'measured':>9s} {'analytic':>16s} {'profile':>16s} {'refined (LOO)':>14s}"
-          f" {'reserved':>10s} {'pred':>16s} {'allocated':>10s} {'pred-ctx':>17s}")
+          f" {'reserved':>10s} {'pred-ctx':>16s} {'allocated':>10s} {'pred alloc':>17s}")
     errs: dict[str, list[float]] = {"analytic": [], "profile": [], "refined": [], "memory": [], "allocated": []}
     for r in rows:
         a, p = r.analytic_s / r.measured_s - 1, r.profile_s / r.measured_s - 1
         loo = statistics.mean(abs(e) for e in refined[r.run]) if refined[r.run] else None
-        m = r.predicted_peak_bytes / r.measured_peak_bytes - 1 if r.measured_peak_bytes else None
+        m = r.predicted_reserved_bytes / r.measured_peak_bytes - 1 if r.measured_peak_bytes else None
         errs["analytic"].append(abs(a))
         errs["profile"].append(abs(p))
         if loo is not None:
@@ -169,7 +176,7 @@ def main() -> None:
         memory_text = _pct(m) if m is not None else ""
         print(f"{r.run:4s} {r.framework:18s} {r.measured_s * 1e3:7.1f}ms {r.analytic_s * 1e3:7.1f}ms {_pct(a)} "
               f"{r.profile_s * 1e3:7.1f}ms {_pct(p)} {refined_text:>14s} {r.measured_peak_bytes / 2**30:10.2f}GiB "
-              f"{r.predicted_peak_bytes / 2**30:7.2f}GiB {memory_text} {alloc / 2**30:7.2f}GiB "
+              f"{r.predicted_reserved_bytes / 2**30:7.2f}GiB {memory_text} {alloc / 2**30:7.2f}GiB "
               f"{r.predicted_tensor_bytes / 2**30:7.2f}GiB {_pct(ma) if ma is not None else ''}")
     print()
     for name, values in errs.items():

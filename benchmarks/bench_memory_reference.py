@@ -10,9 +10,14 @@
 2. DeepSpeed estimate_zero2/3_model_states_mem_needs (the installed deepspeed) on the DeepSpeed rows: the
    estimator's GPU bytes and our model-state bytes in each phase (backward, optimizer step).
 3. Host memory per node of the offloading DeepSpeed rows: the same estimators' cpu_mem against ours.
-4. The measured single-GPU runs of a measurements folder (DeepSpeed ZeRO-0/1 and plain torch on an H100): the
-   peak allocated and reserved bytes the hook recorded against our peak (which includes the CUDA context, absent
-   from torch's counters: compared with allocated + context and with reserved + context).
+4. The measured single-GPU runs of one or more measurements folders (default: DeepSpeed ZeRO-0/1 and plain torch on
+   an H100): the peak allocated and reserved bytes the hook recorded against our peak (which includes the CUDA
+   context, absent from torch's counters: compared with allocated + context and with reserved + context), and our
+   allocated bytes (the peak less the allocator's reserve, schedule/allocator_reserve.py) against allocated +
+   context, per folder.
+
+    python benchmarks/bench_memory_reference.py measurements/h100-sxm5-80gb-2026-11-26 \
+        measurements/h200-sxm-141gb-2026-11-28
 """
 
 from __future__ import annotations
@@ -103,25 +108,30 @@ def measured_table(folder: Path) -> None:
     from llmperf_hook.api import predict_command
 
     print(f"\nMeasured peaks, {folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder} (GB; ctx = our "
-          "CUDA context, outside torch's counters)")
-    print(f"{'run':4} {'alloc+ctx':>9} {'resv+ctx':>9} {'ours':>8} {'vs alloc':>9} {'vs resv':>8}")
-    errors: dict[str, list[float]] = {"alloc": [], "resv": []}
-    hardware = json.loads((folder / "op_samples_meta.json").read_text())["hardware_name"]
+          "CUDA context, outside torch's counters; ours alloc = our peak less the allocator's reserve)")
+    print(f"{'run':4} {'alloc+ctx':>9} {'resv+ctx':>9} {'ours':>8} {'vs alloc':>9} {'vs resv':>8} {'ours alloc':>10} "
+          f"{'vs alloc':>9}")
+    errors: dict[str, list[float]] = {"alloc": [], "resv": [], "ours alloc vs alloc": []}
+    meta = folder / "op_samples_meta.json"
     for run_dir in sorted(p for p in (folder / "runs").iterdir() if p.is_dir()):
         session = json.loads((run_dir / "session.json").read_text())
-        argv = [a.replace("examples/", f"{ROOT}/examples/") for a in session["argv"]]
+        hardware = (json.loads(meta.read_text())["hardware_name"] if meta.exists()
+                    else json.loads((run_dir / "prediction.json").read_text())["cluster"]["gpu"])
+        argv = [a.replace("examples/", f"{ROOT}/examples/").replace("/tmp/llmperf-gpu/", f"{folder}/")
+                for a in session["argv"]]
         records = (run_dir / "rank0.jsonl").read_text().splitlines()
         steps = [json.loads(line) for line in records if '"kind":"step"' in line]
         pred = predict_command(argv, {"PATH": os.environ.get("PATH", "")}, hardware=hardware)
         mem = pred.estimate.memory
         ctx = mem.components.get("cuda_context", 0)
+        ours_alloc = mem.peak_bytes_per_gpu - mem.components.get("allocator_fragmentation", 0)
         alloc = max(s["gpu_peak_allocated_bytes"] for s in steps) + ctx
         resv = max(s["gpu_peak_reserved_bytes"] for s in steps) + ctx
-        e_a, e_r = mem.peak_bytes_per_gpu / alloc - 1, mem.peak_bytes_per_gpu / resv - 1
-        errors["alloc"].append(abs(e_a))
-        errors["resv"].append(abs(e_r))
+        e_a, e_r, e_o = mem.peak_bytes_per_gpu / alloc - 1, mem.peak_bytes_per_gpu / resv - 1, ours_alloc / alloc - 1
+        for name, e in zip(errors, (e_a, e_r, e_o)):
+            errors[name].append(abs(e))
         print(f"{run_dir.name:4} {_gb(alloc)}  {_gb(resv)} {_gb(mem.peak_bytes_per_gpu)} {e_a * 100:+8.1f}% "
-              f"{e_r * 100:+7.1f}%")
+              f"{e_r * 100:+7.1f}% {_gb(ours_alloc):>10} {e_o * 100:+8.1f}%")
     for name, errs in errors.items():
         print(f"peak memory MAPE vs {name:5} {100 * statistics.fmean(errs):5.1f}%  (n={len(errs)})")
 
@@ -129,7 +139,7 @@ def measured_table(folder: Path) -> None:
 def main() -> None:
     from tests.schedule import test_memory_reference as t
 
-    folder = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else DEFAULT_RUNS
+    folders = [Path(a).resolve() for a in sys.argv[1:]] or [DEFAULT_RUNS]
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["LLMPERF_HOME"] = str(Path(tmp) / "home")  # no user calibration
         resolved = {c.name: t.resolve(c, Path(tmp) / str(i)) for i, c in enumerate(t.CASES)}  # both tables
@@ -139,8 +149,9 @@ def main() -> None:
             megatron_table(t.REFERENCE, resolved)
         deepspeed_table(resolved)
         host_table(resolved)
-        if (folder / "runs").is_dir():
-            measured_table(folder)
+        for folder in folders:
+            if (folder / "runs").is_dir():
+                measured_table(folder)
 
 
 if __name__ == "__main__":

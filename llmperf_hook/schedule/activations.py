@@ -349,14 +349,42 @@ def output_activation_bytes(cfg: TrainingConfig) -> float:
     (with --cross-entropy-loss-fusion) runs Transformer Engine's parallel_cross_entropy on the logits as they are: it
     works in fp32 inside its Triton kernel, saves only the logits and per-token statistics (cross_entropy.py
     CrossEntropyFunction: ctx.save_for_backward(_input, target, m_d_X_y)) and writes the gradient into them, so the
-    fp32 copy's 4sbv/t is not held."""
+    fp32 copy's 4sbv/t is not held. A script built from torch.nn layers runs torch's loss instead:
+    torch_cross_entropy_bytes."""
     m, p = cfg.model, cfg.parallel
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
     v_h = m.padded_vocab_size / m.hidden_size
+    if cfg.torch_linear_layers:
+        return torch_cross_entropy_bytes(cfg)
     if cfg.cross_entropy_fusion_impl == "te" and "megatron" in cfg.framework:
         return sbh / p.tp * (4 + act_bytes(cfg) * v_h)
     logits_16bit = act_bytes(cfg) if act_bytes(cfg) < FP32_BYTES else 0
     return sbh / p.tp * (4 * (1 + v_h) + logits_16bit * v_h)
+
+
+TORCH_LOSS_BACKWARD_TENSORS = 3
+"""fp32 [s b, v] tensors torch's cross-entropy backward holds at once: the log-softmax output its forward saved
+(aten LogSoftmax, derivatives.yaml `result`; nll_loss saves the same tensor as `self`), the gradient nll_loss_backward
+writes into a zeroed tensor of the input's shape (aten/src/ATen/native/cuda/Loss.cu nll_loss_backward_out_cuda:
+grad_input.zero_() then the scatter), and the input gradient _log_softmax_backward_data allocates (SoftMax.cu
+host_softmax_backward: gI = at::empty_like(grad)) while both are alive."""
+
+
+def torch_cross_entropy_bytes(cfg: TrainingConfig) -> float:
+    """Last stage, one micro-batch, of a script built from torch.nn layers (TrainingConfig.torch_linear_layers: the
+    transformers models, and scripts taking Megatron-style flags such as the CPU testbed's train_gpt.py), whose loss
+    is torch.nn.functional.cross_entropy on fp32 logits (torch/nn/functional.py cross_entropy ->
+    torch._C._nn.cross_entropy_loss = nll_loss(log_softmax(x)), aten LossNLL.cpp cross_entropy_loss; transformers
+    ForCausalLMLoss and the testbed call it on logits.float()): the final norm's input and the LM head's input
+    (2 sbh activations) and, at the loss's backward, TORCH_LOSS_BACKWARD_TENSORS fp32 logit tensors, 12 sbv/t. The
+    forward holds less at its peak (16-bit logits 2 + their fp32 copy 4 + the log-softmax output 4 = 10, fp32: 4 + 4),
+    and the 16-bit logits are freed when it returns (ToCopyBackward saves no tensor). Measured: the fp32 run h08
+    (measurements/h200-sxm-141gb-2026-11-28) allocates 9.17 GiB, 9.10 by this count; Megatron's in-place loss
+    (output_activation_bytes) would give 4 sbv/t in fp32 and left it 24 % short."""
+    m, p = cfg.model, cfg.parallel
+    sb = m.seq_length / p.cp * cfg.batch.micro_batch_size
+    logits = TORCH_LOSS_BACKWARD_TENSORS * FP32_BYTES * m.padded_vocab_size
+    return sb / p.tp * (2 * act_bytes(cfg) * m.hidden_size + logits)
 
 
 def cpu_offloaded_layers(cfg: TrainingConfig) -> int:

@@ -23,12 +23,15 @@ Megatron's distributed optimizer pads its buffers (64-element parameter starts, 
 distopt_bucket_padding, in the weights' and gradients' dtypes (graph/ddp_buckets.distopt_padding_elems).
 Activations: schedule/activations.py (Korthikanti et al. 2022) times the micro-batches in flight.
 Overheads (documented constants below): CUDA context and library workspaces, NCCL buffers per
-communicator, DeepSpeed's bucket buffers, and allocator fragmentation over activations.
-Two phases: the backward (state + activations + buffers) and DeepSpeed's optimizer step, which casts the gradient
-partition to fp32 (optimizer_step_bytes); the peak is the larger, the components sum to it
-(optimizer_step_working_set tops the backward up when the step is larger). DeepSpeed's own estimators count the
-step's fp32 gradients as always alive; Megatron's theoretical_memory_usage.py counts what this module counts,
-less the terms tests/schedule/test_memory_reference.py names.
+communicator, DeepSpeed's bucket buffers; and the caching allocator's reserve over the allocated peak
+(allocator_fragmentation, schedule/allocator_reserve.py), which what must fit leaves out (schedule/memory_fit.py).
+Two phases: the backward (state + activations + buffers; without gradients where they are freed at every step and
+the step has one micro-batch: gradients_freed_each_step) and the optimizer step (DeepSpeed's fp32 cast of the
+gradient partition, torch.optim's foreach temporaries: optimizer_step_bytes); the peak is the larger, the
+components sum to it (optimizer_step_working_set tops the backward up when the step is larger). Measured on the
+single-GPU H100/H200 runs of measurements/ (benchmarks/bench_gpu_steps.py): every run's allocated peak within 1 %.
+DeepSpeed's own estimators count the step's fp32 gradients as always alive; Megatron's theoretical_memory_usage.py
+counts what this module counts, less the terms tests/schedule/test_memory_reference.py names.
 """
 
 from __future__ import annotations
@@ -42,8 +45,11 @@ from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups
 from llmperf_hook.graph.zero3_trace import deepspeed_zero, stage_trace
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.schedule import activations as act
+from llmperf_hook.schedule.allocator_reserve import (allocator_reserve_bytes, gradients_outgrow_activations,
+                                                     loss_blocks)
 from llmperf_hook.schedule.memory_fit import fit_verdict
-from llmperf_hook.schedule.optimizer_state import optimizer_bytes_per_param, step_temporary_bytes_per_param
+from llmperf_hook.schedule.optimizer_state import (foreach_step_temporary_bytes_per_param, optimizer_bytes_per_param,
+                                                   step_temporary_bytes_per_param)
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
 CUDA_CONTEXT_BYTES = 800 * 2**20
@@ -52,9 +58,6 @@ CUDA_CONTEXT_BYTES = 800 * 2**20
 NCCL_BYTES_PER_COMMUNICATOR = 200 * 2**20
 """NCCL buffers per communicator: NCCL_BUFFSIZE 4 MiB x (send + recv) x up to 16-32 channels, plus proxies;
 ~100-300 MiB per communicator with more than one rank (NCCL environment-variable docs)."""
-FRAGMENTATION_FRACTION = 0.10
-"""PyTorch caching-allocator slack over activations and temporaries: reserved exceeds allocated by ~5-15 % in
-Megatron runs (memory snapshots in Megatron-LM issues); 10 %."""
 DEEPSPEED_BUCKET_ELEMS = 500_000_000
 """DeepSpeed reduce_bucket_size / allgather_bucket_size defaults (deepspeed/runtime/zero/config.py)."""
 DEEPSPEED_ZERO3_LIVE_ELEMS = 1_000_000_000
@@ -261,8 +264,12 @@ def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
         largest = max((n for part in stage_param_tensors(cfg, stage) for n in part), default=0)
         out["zero_offload_grad_staging"] = float(largest * param_bytes(cfg))
     if o.zero_stage >= 3 and deepspeed_zero(cfg):
-        # held by the reuse distance, running, and prefetched, over DeepSpeed's fetch trace (graph/zero3_trace.py)
-        out["zero3_live_params"] = float(stage_trace(cfg, stage.stage).peak_live_elems * param_bytes(cfg))
+        # held by the reuse distance, running, and prefetched, over DeepSpeed's fetch trace (graph/zero3_trace.py);
+        # none over a partition group of one rank, whose fetch makes each parameter a view of its partition
+        # (partition_parameters.py all_gather_coalesced -> _no_gather_coalesced: NoGatherHandle sets param.data =
+        # ds_tensor.data.to(device), the same tensor; measured: z3a-c and h04 allocate no gathered copy)
+        if max(shard_counts(cfg, gpus_per_node)) > 1:
+            out["zero3_live_params"] = float(stage_trace(cfg, stage.stage).peak_live_elems * param_bytes(cfg))
     elif o.zero_stage >= 3:
         layer = stage.num_params / max(1, stage.num_layers)
         prefetch = o.stage3_prefetch_bucket_size_elems  # 0 = no prefetch buffer (fetch on demand)
@@ -333,7 +340,8 @@ def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]
 
 TRANSIENT_PARTS = frozenset({"activations", "recompute_working_set", "softmax_backward_working_set",
                              "embedding_activations", "logits_and_loss", "mtp_activations"})
-"""Components the caching allocator's fragmentation applies to (FRAGMENTATION_FRACTION)."""
+"""Components alive in the backward only; the caching allocator's residue applies to them
+(allocator_reserve.FRAGMENTATION_FRACTION)."""
 
 
 BACKWARD_WORKING_PARTS = ("recompute_working_set", "softmax_backward_working_set")
@@ -354,21 +362,115 @@ def one_peak_of_two(parts: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in parts.items() if k != "logits_and_loss"}
 
 
+def gradients_freed_each_step(cfg: TrainingConfig) -> bool:
+    """Whether the rank's gradients are freed after every optimizer step and allocated again by the next backward,
+    as each layer's gradient is produced: DeepSpeed below ZeRO-3 (engine.py zero_grad: param.grad = None for a client
+    optimizer without a wrapper; stage_1_and_2.py step -> zero_grad(set_to_none=True), the contiguous partition
+    included; measured: the H100/H200 ZeRO-0/1/2 runs allocate only weights and optimizer states between steps) and a
+    script stepping torch.optim itself (Optimizer.zero_grad(set_to_none=True), torch's default since 2.0; the
+    transformers Trainer's model.zero_grad()). Not Megatron-LM (its DDP's main_grad views of a gradient buffer
+    allocated once, zeroed in place: param_and_grad_buffer.py), ZeRO-3 (stage3.py grad_partitions_flat_buffer, kept
+    for the run), Megatron FSDP's buffers, nor BF16_Optimizer's fp32 gradients (bf16_optimizer.py
+    fp32_groups_gradients_flat, allocated at init)."""
+    o = cfg.optimizer
+    if o.zero_stage >= 3 or o.fsdp == "megatron_fsdp" or runs_bf16_optimizer(cfg):
+        return False
+    return "deepspeed" in cfg.framework or cfg.torch_linear_layers
+
+
+def backward_starts_without_gradients(cfg: TrainingConfig) -> bool:
+    """The peak of the backward (the loss's backward, every activation still saved) holds no gradient: they are
+    freed at every step (gradients_freed_each_step) and the step has one micro-batch. With gradient accumulation
+    (or a pipeline's micro-batches) every backward after the first adds into the gradients of the ones before."""
+    return gradients_freed_each_step(cfg) and cfg.batch.num_microbatches <= 1
+
+
+def bucket_allocated_after_loss(cfg: TrainingConfig) -> bool:
+    """DeepSpeed ZeRO-1/2's gradient bucket (contiguous_gradients) is allocated by the first gradient hook
+    (stage_1_and_2.py process_gradients -> setup_buckets), after the loss's backward has freed its logit tensors, and
+    released at the end of the backward that reduces it (independent_gradient_partition_epilogue /
+    reduce_gradients -> _release_ipg_buffers): every micro-batch under ZeRO-2 or overlap_comm, only at the
+    accumulation boundary under ZeRO-1, whose later micro-batches start their backward with it allocated."""
+    o = cfg.optimizer
+    if "deepspeed" not in cfg.framework or o.zero_stage not in (1, 2) or not o.contiguous_gradients:
+        return False
+    return o.zero_stage == 2 or o.overlap_grad_reduce or cfg.batch.num_microbatches <= 1
+
+
 def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
                  gpu: HardwareSpec | None = None) -> dict[str, int]:
+    """Bytes per component at the rank's peak; they sum to the caching allocator's reserved peak, of which
+    allocator_fragmentation is not allocated (schedule/allocator_reserve.py).
+
+    Two phases never overlap: the backward (state, every saved activation, the loss's or a layer's working set,
+    buckets and gathered parameters) and the optimizer step (state and what optimizer_step_bytes holds). Where the
+    backward starts without gradients (backward_starts_without_gradients) its peak holds none; the gradients then
+    count only what the later phase (the backward's end, every gradient allocated; or the step) holds beyond the
+    backward's transients, which it replaces."""
     parts = {**state_bytes(cfg, stage, gpus_per_node, gpu), **activation_bytes(cfg, stage),
              **buffer_bytes(cfg, stage, gpus_per_node)}
     parts = one_peak_of_two(parts)
+    if bucket_allocated_after_loss(cfg) and "logits_and_loss" in parts and "zero_buckets" in parts:
+        smaller = min(("zero_buckets", "logits_and_loss"), key=lambda k: parts[k])
+        parts = {k: v for k, v in parts.items() if k != smaller}  # never alive together: the peak holds the larger
     transient = sum(v for k, v in parts.items() if k in TRANSIENT_PARTS)
-    parts["allocator_fragmentation"] = FRAGMENTATION_FRACTION * transient
     freed_buckets = cfg.optimizer.zero_stage in (1, 2) or not cfg.optimizer.contiguous_gradients
-    backward_only = transient * (1 + FRAGMENTATION_FRACTION) + parts.get("zero3_live_params", 0.0) + (
+    backward_only = transient + parts.get("zero3_live_params", 0.0) + (
         parts.get("zero_buckets", 0.0) if freed_buckets else 0.0)
-    step = optimizer_step_bytes(cfg, stage, gpus_per_node) - parts["gradients"]
-    if step > backward_only:
+    grads, step = parts["gradients"], optimizer_step_bytes(cfg, stage, gpus_per_node)
+    no_grads = backward_starts_without_gradients(cfg)
+    if no_grads:
+        later = max(grads, step)
+        parts["gradients"] = min(grads, max(0.0, later - backward_only))
+        top_up = later - backward_only - parts["gradients"]
+    else:
+        top_up = step - grads - backward_only
+    if top_up > 0:
         # The optimizer step is the peak (the two phases never overlap): the components sum to the larger.
-        parts["optimizer_step_working_set"] = step - backward_only
+        parts["optimizer_step_working_set"] = top_up
+    allocated = sum(parts.values()) - parts.get("cuda_context", 0.0)
+    held_later = max(0.0, top_up) + (parts["gradients"] if no_grads else 0.0)
+    partition, step_buffers = step_flat_buffers(cfg, stage, gpus_per_node)
+    own_segments = weight_gradient_bytes(cfg, stage) if gradients_outgrow_activations(cfg) else 0.0
+    parts["allocator_fragmentation"] = allocator_reserve_bytes(
+        allocated, allocated - held_later, transient, loss_blocks(cfg, stage.stage == cfg.parallel.pp - 1),
+        ((partition,) if partition and no_grads else ()) + step_buffers, own_segments)
     return {k: int(v) for k, v in parts.items()}
+
+
+def weight_gradient_bytes(cfg: TrainingConfig, stage: StageGraph) -> float:
+    """Bytes of the param.grad tensors a backward allocates one per weight, in the model's dtype, where the gradients
+    are freed at every step (gradients_freed_each_step) and stay per-parameter tensors until the step: DeepSpeed
+    ZeRO-0/1 (ZeRO-2 copies each into its partition bucket by bucket) and torch.optim scripts."""
+    if not gradients_freed_each_step(cfg) or cfg.optimizer.zero_stage >= 2:
+        return 0.0
+    return float(stage.num_params * param_bytes(cfg))
+
+
+def step_flat_buffers(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> tuple[float, tuple[float, ...]]:
+    """(the contiguous gradient partition, the step's flat tensors in order): bytes of the single flat tensors
+    DeepSpeed allocates after the backward's peak (the caching allocator serves each from one block:
+    schedule/allocator_reserve.py). ZeRO-1/2: the contiguous gradient partition (copy_grads_in_partition: torch.empty
+    of the partition, from the first gradient after the loss; with accumulation it is alive at later backwards'
+    peaks already, so it counts only where backward_starts_without_gradients), then the step's
+    flatten_dense_tensors_aligned copy and its
+    .to(fp32) (stage_1_and_2.py step). ZeRO-3: per optimizer sub-group the flattened gradient partition and its fp32
+    cast (stage3.py _prepare_fp32_grad_for_sub_group; optimizer_step_bytes), its gradient partition being allocated
+    once. Without ZeRO on a 16-bit model, FP16_Optimizer's flattened fp32 gradient (fp16/fused_optimizer.py step:
+    _flatten_dense_tensors of every p.grad.to(fp32)). None elsewhere (fp32 training, offload, BF16_Optimizer's
+    buffers allocated at init, Megatron's buffers allocated once)."""
+    o = cfg.optimizer
+    if ("deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.offload_optimizer != "none"
+            or runs_bf16_optimizer(cfg)):
+        return 0.0, ()
+    if o.zero_stage == 0:
+        return 0.0, (4.0 * stage.num_params,)
+    sharded = partition_params(cfg, stage, gpus_per_node)
+    if o.zero_stage >= 3:
+        sub_group = min(sharded, o.sub_group_size_elems)
+        partition_b = max(2, DTYPE_BYTES.get(o.grad_accum_dtype or "", 0))
+        return 0.0, (partition_b * sub_group,) + ((4.0 * sub_group,) if partition_b < 4 else ())
+    return (2.0 * sharded if o.contiguous_gradients else 0.0), (2.0 * sharded, 4.0 * sharded)
 
 
 def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
@@ -384,8 +486,10 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
     2 + 4), the partition 4 bytes per parameter. DeepSpeed's
     estimate_zero{2,3}_model_states_mem_needs count the fp32 gradients (4 of their 18 bytes) as always alive.
     Measured on one H100 (measurements/h100-sxm5-80gb-2026-11-26, ZeRO-1 bf16, torch AdamW): 22.0 bytes per
-    parameter at the peak of the runs the step dominates (c05, c06) = 2 + 12 + 8. Offloaded optimizers and
-    DeepSpeed's BF16_Optimizer / FP16_Optimizer (fp32 gradients kept in `gradients`) add nothing. Megatron-LM:
+    parameter at the peak of the runs the step dominates (c05, c06) = 2 + 12 + 8. Offloaded optimizers add
+    nothing; without ZeRO (BF16_Optimizer / FP16_Optimizer, whose fp32 gradients `gradients` counts, or a client
+    optimizer) and in a plain torch script, a torch.optim foreach Adam's temporaries (torch_foreach_step_bytes:
+    measured h01, c03: 2 + 12 + 2 + 4 + 4 bytes per parameter at the step). Megatron-LM:
     the fp32 copies Transformer Engine's FusedAdam makes of the precision-aware optimizer's lower-precision
     states, or the fp32 copies of 16-bit main gradients
     (schedule/optimizer_state.step_temporary_bytes_per_param), beside its gradient buffer."""
@@ -394,8 +498,9 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
     if temporaries:
         on_rank = partition_params(cfg, stage, gpus_per_node) if o.distributed_optimizer else stage.num_params
         return state_bytes(cfg, stage, gpus_per_node)["gradients"] + temporaries * on_rank
-    if ("deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.offload_optimizer != "none"
-            or o.zero_stage == 0 or runs_bf16_optimizer(cfg)):
+    if "deepspeed" not in cfg.framework or o.zero_stage == 0 or runs_bf16_optimizer(cfg):
+        return torch_foreach_step_bytes(cfg, stage, gpus_per_node)
+    if cfg.precision == "fp32" or o.offload_optimizer != "none":
         return 0.0
     sharded = partition_params(cfg, stage, gpus_per_node)
     if o.zero_stage == 3:
@@ -403,6 +508,20 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
         sub_group_b = partition_b + (4 if partition_b < 4 else 0)  # flatten, then .to(fp32) copies unless fp32
         return partition_b * sharded + sub_group_b * min(sharded, o.sub_group_size_elems)
     return 8.0 * sharded
+
+
+def torch_foreach_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
+    """Gradient and temporary bytes alive while a torch.optim multi-tensor Adam steps the rank's parameters (a plain
+    torch script, DeepSpeed without ZeRO stepping its client optimizer, BF16_Optimizer's partition): every gradient
+    the step reads, and the square roots of the second moments it allocates for the step
+    (optimizer_state.foreach_step_temporary_bytes_per_param). 0 where no such temporary exists (fused kernels, the
+    frameworks' own Adam) or under FSDP."""
+    per_param = foreach_step_temporary_bytes_per_param(cfg)
+    if not per_param or cfg.optimizer.fsdp != "none":
+        return 0.0
+    partitioned = cfg.optimizer.distributed_optimizer or runs_bf16_optimizer(cfg)
+    stepped = partition_params(cfg, stage, gpus_per_node) if partitioned else float(stage.num_params)
+    return state_bytes(cfg, stage, gpus_per_node)["gradients"] + per_param * stepped
 
 
 def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -> MemoryEstimate:

@@ -102,3 +102,19 @@ def step_temporary_bytes_per_param(cfg: TrainingConfig) -> float:
     sixteen_bit_grads = not o.fp32_main_grads and cfg.precision != "fp32" and o.master_weights
     cast = sixteen_bit_grads and o.fsdp == "none" and not (precision_aware(cfg) and te_master_weights(cfg))
     return state_copies + (FP32_BYTES if cast else 0.0)
+
+
+def foreach_step_temporary_bytes_per_param(cfg: TrainingConfig) -> float:
+    """Bytes per stepped parameter that torch.optim's multi-tensor Adam / AdamW (foreach, the CUDA default) allocates
+    for the length of its step: exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs), a copy of every second
+    moment of the parameter group in the parameters' dtype (torch/optim/adam.py _multi_tensor_adam, torch 2.13; the
+    group is split by device and dtype only). Adam's L2 weight decay first copies the gradients
+    (torch._foreach_add(device_grads, device_params)) but deletes them before the square root ('del device_grads'):
+    one copy at a time. fused=True updates in place: none. torch.optim over the 16-bit model (master_weights False):
+    2 bytes; over fp32 weights (a DeepSpeed client optimizer stepping fp32, a plain fp32 script): 4."""
+    o = cfg.optimizer
+    sixteen_bit_model = not o.master_weights and cfg.precision != "fp32"
+    impl = o.torch_optimizer_impl or ("foreach" if sixteen_bit_model else "")
+    if o.name != "adam" or impl != "foreach" or o.offload_optimizer != "none":
+        return 0.0
+    return 2.0 if sixteen_bit_model else float(FP32_BYTES)

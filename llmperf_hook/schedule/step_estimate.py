@@ -33,7 +33,8 @@ class MemoryEstimate:
 
     @property
     def fragmentation_bytes(self) -> int:
-        """The caching allocator's slack included in the peak (schedule/memory.py FRAGMENTATION_FRACTION)."""
+        """The caching allocator's reserve over the allocated peak, included in the peak
+        (schedule/allocator_reserve.py)."""
         return int(self.components.get("allocator_fragmentation", 0))
 
     @property

@@ -33,6 +33,8 @@ from llmperf_hook.graph.stages import layers_per_virtual_stage
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
 from llmperf_hook.schedule import memory as mem
+from llmperf_hook.schedule.allocator_reserve import (LossBlocks, allocator_reserve_bytes, gradients_outgrow_activations,
+                                                     loss_blocks)
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES, apply_candidate
 from llmperf_hook.tune.candidates import CandidateTable
 
@@ -108,7 +110,8 @@ def _dense_layer(cfg: TrainingConfig) -> TrainingConfig:
 
 LAYER_TERMS = ("layer", "layer_selective", "checkpoint", "softmax_backward", "softmax_backward_selective",
                "embedding", "logits_and_loss", "mtp", "attention_score_buffer", "recompute_selective", "dense_layer",
-               "dense_layer_selective", "rematerialised_layer")
+               "dense_layer_selective", "rematerialised_layer", "loss_block", "loss_blocks", "loss_unusable",
+               "gradients_outgrow")
 """The columns _layer_terms returns, in order."""
 
 
@@ -124,7 +127,8 @@ def _layer_terms(cfg: TrainingConfig, modules: tuple[str, ...]) -> tuple[float, 
             act.embedding_activation_bytes(cfg), act.output_activation_bytes(cfg),
             act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg),
             act.recompute_working_bytes(sel), act.layer_activation_bytes(_dense_layer(none)),
-            act.layer_activation_bytes(_dense_layer(sel)), act.rematerialised_layer_bytes(cfg))
+            act.layer_activation_bytes(_dense_layer(sel)), act.rematerialised_layer_bytes(cfg),
+            *dataclasses.astuple(loss_blocks(cfg, True)), float(gradients_outgrow_activations(cfg)))
 
 
 def _layer_table(cfg: TrainingConfig, cols: Cols, row_config: _RowConfigs) -> np.ndarray:
@@ -172,18 +176,34 @@ def peak_stages(cfg: TrainingConfig) -> list[StageGraph]:
     return list(seen.values())
 
 
-_STATE_FIELDS = ("stage", "state", "gradients", "buffers", "zero3_live", "zero_buckets", "step")
+_STATE_FIELDS = ("stage", "state", "gradients", "buffers", "zero3_live", "zero_buckets", "step", "no_grads_1",
+                 "no_grads_m", "lazy_bucket_1", "lazy_bucket_m", "flat_partition", "flat_a", "flat_b",
+                 "weight_gradients")
+"""Per rank: memory.state_bytes' sum and gradients, buffer_bytes (less the score buffer, which follows the micro-batch)
+with its ZeRO-3 live parameters and buckets, optimizer_step_bytes; memory.backward_starts_without_gradients and
+bucket_allocated_after_loss with one micro-batch (_1) and with more (_m); memory.step_flat_buffers (the contiguous
+partition, then up to two step buffers, 0 where absent); memory.weight_gradient_bytes."""
+
+
+def _with_microbatches(cfg: TrainingConfig, n: int) -> TrainingConfig:
+    return dataclasses.replace(cfg, batch=dataclasses.replace(cfg.batch, num_microbatches=n))
 
 
 def _stage_terms(cfg: TrainingConfig, stage: StageGraph, cluster: ClusterSpec) -> list[float]:
-    """_STATE_FIELDS of one rank: memory.state_bytes / buffer_bytes (less the score buffer, which follows the
-    micro-batch) / optimizer_step_bytes."""
+    """_STATE_FIELDS of one rank."""
     gpn = ranks_per_node(cfg, cluster)
     state = mem.state_bytes(cfg, stage, gpn, cluster.gpu)
     buffers = mem.buffer_bytes(cfg, stage, gpn)
     fixed = sum(v for k, v in buffers.items() if k != "attention_score_buffer")
+    one, many = _with_microbatches(cfg, 1), _with_microbatches(cfg, 2)
+    partition, step_buffers = mem.step_flat_buffers(cfg, stage, gpn)
+    flats = [*step_buffers, 0.0, 0.0][:2]
     return [stage.stage, sum(state.values()), state["gradients"], fixed, buffers.get("zero3_live_params", 0.0),
-            buffers.get("zero_buckets", 0.0), mem.optimizer_step_bytes(cfg, stage, gpn)]
+            buffers.get("zero_buckets", 0.0), mem.optimizer_step_bytes(cfg, stage, gpn),
+            mem.backward_starts_without_gradients(one), mem.backward_starts_without_gradients(many),
+            mem.bucket_allocated_after_loss(one) and "zero_buckets" in buffers,
+            mem.bucket_allocated_after_loss(many) and "zero_buckets" in buffers, partition, *flats,
+            mem.weight_gradient_bytes(cfg, stage)]
 
 
 def _group_state(row_config: _RowConfigs, cluster: ClusterSpec, i: int, layouts: dict[tuple, list[StageGraph]]
@@ -282,7 +302,8 @@ def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -
     cols = _with_row_job_columns(cfg, cols)
     row_config = _RowConfigs(cfg, cols)
     state, layers = _state_table(cfg, cluster, cols, row_config)
-    stage, state_b, grads, buffers, live, buckets, step = (state[:, :, i] for i in range(len(_STATE_FIELDS)))
+    (stage, state_b, grads, buffers, live, buckets, step, no_grads_1, no_grads_m, lazy_1, lazy_m, partition, flat_a,
+     flat_b, weight_grads) = (state[:, :, i] for i in range(len(_STATE_FIELDS)))
     stage = np.nan_to_num(stage)  # unknown rows stay NaN through state_b
     layer = _layer_table(cfg, cols, row_config)
     in_flight = _in_flight(cols, stage, row_config)
@@ -297,11 +318,32 @@ def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -
     last = stage == (cols["pp"][:, None] - 1)
     embedding = np.where(stage == 0, col(5) * in_flight, 0.0)
     logits, mtp = np.where(last, col(6), 0.0), np.where(last, col(7), 0.0)
-    # memory.one_peak_of_two: the logits and a layer's backward working set are never alive together
-    transient = activations + embedding + mtp + np.maximum(logits, working)
-    frag = mem.FRAGMENTATION_FRACTION * transient
+    single = (cols["num_mb"] <= 1)[:, None]
+    no_grads = np.where(single, no_grads_1, no_grads_m) > 0
+    # memory.one_peak_of_two keeps the logits when they are the larger; then a bucket allocated after the loss and
+    # the logits are never alive together either (memory.stage_memory)
+    has_logits = (logits > 0) & (logits >= working)
+    lazy = (np.where(single, lazy_1, lazy_m) > 0) & has_logits
+    kept_logits = np.where(lazy & (buckets > logits), 0.0, logits)
+    kept_buckets = np.where(lazy & (buckets <= logits), 0.0, buckets)
+    transient = activations + embedding + mtp + np.where(has_logits, kept_logits, working)
     freed = (cols["zero"] == 1) | (cols["zero"] == 2) | (not cfg.optimizer.contiguous_gradients)
-    backward_only = transient + frag + live + np.where(freed[:, None], buckets, 0.0)
-    step_extra = np.maximum(step - grads - backward_only, 0.0)
-    peak = state_b + transient + frag + buffers + col(8) + step_extra
-    return peak.max(axis=1)
+    backward_only = transient + live + np.where(freed[:, None], kept_buckets, 0.0)
+    later = np.maximum(grads, step)
+    held_grads = np.where(no_grads, np.minimum(grads, np.maximum(later - backward_only, 0.0)), grads)
+    top_up = np.maximum(np.where(no_grads, later - backward_only - held_grads, step - grads - backward_only), 0.0)
+    allocated = (state_b - grads + held_grads + transient + buffers - buckets + kept_buckets + col(8) + top_up
+                 - mem.CUDA_CONTEXT_BYTES)
+    backward_peak = allocated - top_up - np.where(no_grads, held_grads, 0.0)
+    own_segments = weight_grads * col(LAYER_TERMS.index("gradients_outgrow"))
+    reserve = allocator_reserve_bytes(allocated, backward_peak, transient, _loss_blocks(layer, last),
+                                      (np.where(no_grads, partition, 0.0), flat_a, flat_b), own_segments)
+    return (allocated + mem.CUDA_CONTEXT_BYTES + reserve).max(axis=1)
+
+
+def _loss_blocks(layer: np.ndarray, last: np.ndarray) -> LossBlocks:
+    """allocator_reserve.loss_blocks per row and rank: the layer table's columns on the last stage, none elsewhere."""
+    def column(name: str) -> np.ndarray:
+        return np.where(last, layer[:, LAYER_TERMS.index(name), None], 0.0)
+
+    return LossBlocks(column("loss_block"), column("loss_blocks"), column("loss_unusable"))

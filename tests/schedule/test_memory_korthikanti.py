@@ -110,12 +110,17 @@ def test_peak_memory_non_decreasing_in_micro_batch(mbs: int, tp: int, pp: int, r
 
 
 def test_optimizer_sharding_and_offload_shrink_state() -> None:
+    """The rank's model state shrinks with every ZeRO stage (memory.state_bytes: the peak's components count only the
+    gradients alive at the peak, none where DeepSpeed's backward starts without them)."""
+    from llmperf_hook.graph.build import ranks_per_node
+    from llmperf_hook.schedule.memory import state_bytes
+
     base = make_config(num_layers=8, hidden_size=2048, num_attention_heads=16, dp=8, framework="deepspeed")
     sizes = {}
     for zero in range(4):
         cfg = replace(base, optimizer=replace(base.optimizer, zero_stage=zero))
-        comps = estimate_memory(cfg, build_graph(cfg, DGX), DGX).components
-        sizes[zero] = comps["weights"] + comps["gradients"] + comps["optimizer_states"]
+        state = state_bytes(cfg, build_graph(cfg, DGX).stages[0], ranks_per_node(cfg, DGX))
+        sizes[zero] = state["weights"] + state["gradients"] + state["optimizer_states"]
     assert sizes[0] > sizes[1] > sizes[2] > sizes[3]
     off = replace(base, optimizer=replace(base.optimizer, zero_stage=2, offload_optimizer="cpu"))
     assert estimate_memory(off, build_graph(off, DGX), DGX).components["optimizer_states"] == 0
