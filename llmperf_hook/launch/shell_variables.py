@@ -17,7 +17,7 @@ from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.brace_expansion import brace_expand
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
 from llmperf_hook.launch.shell_associative import (ASSOCIATIVE_DECLARE, assign_pairs, associative_values,
-                                                   expand_items)
+                                                   expand_items, forget)
 from llmperf_hook.launch.shell_conditions import ASSIGNMENT_WORD
 from llmperf_hook.launch.shell_positional import expand_positional
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars,
@@ -49,6 +49,8 @@ _SHELL_ARRAYS = frozenset({"FUNCNAME", "PIPESTATUS", "GROUPS", "DIRSTACK", "COMP
 """Arrays bash itself sets (bash manual 5.2 Bash Variables; BASH_SOURCE, BASH_ARGV ... start with BASH)."""
 _HEREDOC_ESCAPE = re.compile(r"\\([\\$`\n])")
 """In an unquoted here-document a backslash quotes only `\\`, `$`, a backquote and a newline (bash manual 3.6.6)."""
+_UNSET_ELEMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\[(.+)\]", re.DOTALL)
+"""`NAME[SUBSCRIPT]`, a word of `unset`: one element."""
 _HEREDOC_ARRAY = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}")
 PRICED_NAMES = re.compile("|".join(PRICED_ENV) + r"|ACCELERATE_\w+")
 """Variables the prediction reads from the job's environment (sizing.PRICED_ENV: the DeepSpeed release, CUDA's
@@ -425,12 +427,32 @@ class ShellVariables:
         if "f" in options or "n" in options:
             return
         for name in (word for word in words[1:] if not word.startswith("-")):
+            element = _UNSET_ELEMENT.fullmatch(name)
+            if element is not None:
+                self.unset_element(*element.groups())
+                continue
             self.env.pop(name, None)
             self.arrays.pop(name, None)
             self.assoc.pop(name, None)
             self.unknown_heads.discard(name)
             self.exported.discard(name)
             self.undecidable.discard(name)
+
+    def unset_element(self, name: str, subscript: str) -> None:
+        """`unset 'NAME[SUBSCRIPT]'`: that element gone (bash manual 6.7). An associative array's literal key, or an
+        indexed array's last element, is followed; any other leaves a sparse array (or a key llmperf cannot expand),
+        which the reading does not keep: NAME becomes unknown (`unset 'A[0]'` of `(x y)` leaves `${A[@]}` y)."""
+        elements = self.arrays.get(name)
+        if name in self.assoc and "$" not in subscript:
+            self.assoc[name].pop(subscript.strip("'\""), None)
+        elif elements is not None and name not in self.unknown_heads and subscript.strip() in (str(len(elements) - 1),
+                                                                                                 "-1") and elements:
+            self.arrays[name] = elements[:-1]
+        elif elements is None and name not in self.assoc and subscript.strip() == "0":  # a plain variable's element 0
+            self.env.pop(name, None)
+            self.undecidable.discard(name)
+        else:
+            forget(self, name)
 
     def here_document(self, heredoc: Heredoc) -> str:
         """The text a here-document gives its command: as written when its delimiter is quoted (`<<'EOF'`), else with

@@ -136,6 +136,8 @@ WORDS = {  # the launch's words as bash makes them, with the script's arguments 
     "steps": (T + " {1..10..3} {10..1..-3} {1..10..-3} {+1..3}", []),
     "stray_braces": (T + " {a,b}} {{a,b} }{a,b} {a,b", []),
     "array_of_a_brace_expansion": ("A=(x{1..2} \"{a,b}\" {b..a})\n" + T + " \"${A[@]}\"", []),
+    "unset_elements_followed": ("A=(x y z)\nunset 'A[2]'\ndeclare -A M=([k]=1 [j]=2)\nunset 'M[k]'\n"
+                                + T + " \"${A[@]}\" \"${M[@]}\" ${#A[@]}", []),
     "loop_words": ("for s in {a..c} x{1,{2,3}}; do A+=\" --s$s\"; done\n" + T + " $A", []),
     "loop_words_on_lines": ("A=-\nfor i in {01..03} {1,2}{a,b}; do\n  A=\"$A $i\"\ndone\n" + T + " \"[$A]\"", []),
 }
@@ -164,3 +166,11 @@ def test_brace_expansion_of_one_word_as_bash(word: str) -> None:
 def test_brace_expansion_left_as_written() -> None:
     """Through punctuation (bash's `{Z..a}` holds a backslash that quote removal drops) or past MAX_WORDS: None."""
     assert brace_expand("{Z..a}") is None and brace_expand("{1..100000}") is None
+
+
+def test_an_element_unset_inside_an_array_is_not_priced_as_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`unset 'A[0]'` of `(x y)` leaves a sparse array (bash: `"${A[@]}"` is y), which the reading does not keep: the
+    launch reads `${A[@]}` unexpanded (named), not `x y` as if nothing were unset."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text("#!/bin/bash\nNP=2\nA=(x y)\nunset 'A[0]'\n" + T + ' "${A[@]}"\n')
+    assert parse_launch(["bash", "train.sh"], {}).script_args[-1] == "${A[@]}"
