@@ -4,8 +4,9 @@ all given (shared_job.py's module docstring says where it ranks among the other 
 - `deepspeed --no_ssh --node_rank N` (deepspeed/launcher/runner.py: each node runs the launcher itself; runner.py
   hands --master_addr/--master_port to each node's deepspeed.launcher.launch): `deepspeed-<master_addr>-<port>`;
 - torchrun's static rendezvous per node (`--nnodes N --node-rank R`, torch/distributed/run.py's default backend,
-  whose endpoint is master_addr:master_port): `torchrun-<master-addr>-<port>`.
-Node 0 listens at that address for the whole job, so no two running launches share it.
+  whose endpoint is master_addr:master_port): `torchrun-<master-addr>-<port>`; with c10d or etcd and no --rdzv-id,
+  the --rdzv-endpoint the nodes meet at: `torchrun-<endpoint>`.
+Node 0 (or the endpoint's store) listens at that address for the whole job, so no two running launches share it.
 """
 
 from __future__ import annotations
@@ -45,11 +46,12 @@ def deepspeed_no_ssh_id(argv: Sequence[str]) -> SharedId | None:
                     f"deepspeed --no_ssh: {said} {addr}, --master_port {port} (command), the nodes' rendezvous")
 
 
-def torchrun_static_id(argv: Sequence[str], env: Mapping[str, str]) -> SharedId | None:
-    """`torchrun --nnodes N --node-rank R --master-addr A --master-port P` run on every node with torchrun's default
-    static rendezvous (torch/distributed/run.py: --rdzv-backend "static", whose endpoint is master_addr:master_port,
-    defaults 127.0.0.1 and 29500; each option falls back to its PET_<NAME> variable): every node is given the same
-    address, where node 0 listens for the whole job. None for any other launch (c10d or etcd rendezvous, one node)."""
+def torchrun_rendezvous_id(argv: Sequence[str], env: Mapping[str, str]) -> SharedId | None:
+    """A multi-node torchrun run on every node without --rdzv-id (torch/distributed/run.py; each option falls back to
+    its PET_<NAME> variable): with the default static rendezvous (`--node-rank R`) every node is given node 0's
+    --master-addr/--master-port (defaults 127.0.0.1, 29500), where it listens for the whole job; with c10d or etcd
+    the nodes meet at --rdzv-endpoint under the run id "none", one rendezvous for every agent that comes there (so
+    one job, also on one host). None for one node, --standalone, or no address."""
     start = next((i + 1 for i, word in enumerate(argv[:3]) if os.path.basename(word) == "torchrun"), None)
     if start is None and list(argv[1:3]) == ["-m", "torch.distributed.run"]:
         start = 3
@@ -63,9 +65,14 @@ def torchrun_static_id(argv: Sequence[str], env: Mapping[str, str]) -> SharedId 
     def value(dest: str, default: str = "") -> str:
         return values.get(dest) or env.get(f"PET_{dest.upper()}", "") or default
 
-    nnodes = value("nnodes", "1")
-    if value("rdzv_backend", "static") != "static" or "standalone" in values or nnodes in ("1", "1:1") \
-            or not value("node_rank"):
+    backend = value("rdzv_backend", "static")
+    if "standalone" in values or value("nnodes", "1") in ("1", "1:1"):
+        return None
+    if backend != "static":
+        endpoint = value("rdzv_endpoint")
+        return SharedId(f"torchrun-{_safe(endpoint)}", f"torchrun's {backend} rendezvous: --rdzv-endpoint {endpoint} "
+                        "(command, or its PET_ variables), run id none", True) if endpoint else None
+    if not value("node_rank"):
         return None
     addr, port = value("master_addr", "127.0.0.1"), value("master_port", "29500")
     return SharedId(f"torchrun-{_safe(addr)}-{_safe(port)}",

@@ -10,8 +10,8 @@ Now a session takes the id the launch already has, the same on every node:
 - else the elastic run id: TORCHELASTIC_RUN_ID in the environment, or torchrun's `--rdzv-id` / `--rdzv_id`
   (torch/distributed/run.py: default "none", which names nothing);
 - else, for a launch run once per node without a scheduler (`deepspeed --no_ssh --node_rank N`, torchrun's static
-  `--node-rank N`), the rendezvous address every node is given (rendezvous_id.py): no two running launches share
-  it, and a later launch reusing it finds the earlier job ended and takes `-2`, ... as below;
+  `--node-rank N`, or its c10d `--rdzv-endpoint`), the rendezvous address every node is given (rendezvous_id.py): no
+  two running launches share it, and a later launch reusing it finds the earlier job ended and takes `-2`, ...;
 - else the session's own id, as before.
 Every session of a job registers under jobs/<id>/nodes/<host>-<pid>-<ns>.json, under an flock of jobs/.lock.
 A session joins the job folder of that id only when the job is still running there (a node session without its
@@ -107,12 +107,12 @@ def shared_job_id(env: Mapping[str, str], argv: Sequence[str]) -> SharedId | Non
     run_id = env.get("TORCHELASTIC_RUN_ID", "").strip()
     if run_id and run_id != "none":
         return SharedId(f"torchrun-{_safe(run_id)}", f"TORCHELASTIC_RUN_ID={run_id} (environment)", True)
-    rdzv = option_value(argv, RDZV_ID_OPTIONS)
+    rdzv = option_value(argv, RDZV_ID_OPTIONS) or env.get("PET_RDZV_ID", "").strip()  # run.py's env fallback
     if rdzv and rdzv != "none":
-        return SharedId(f"torchrun-{_safe(rdzv)}", f"--rdzv-id {rdzv} (command)", True)
-    from llmperf_hook.instrument.rendezvous_id import deepspeed_no_ssh_id, torchrun_static_id
+        return SharedId(f"torchrun-{_safe(rdzv)}", f"--rdzv-id {rdzv} (command, or PET_RDZV_ID)", True)
+    from llmperf_hook.instrument.rendezvous_id import deepspeed_no_ssh_id, torchrun_rendezvous_id
 
-    return deepspeed_no_ssh_id(argv) or torchrun_static_id(argv, env)
+    return deepspeed_no_ssh_id(argv) or torchrun_rendezvous_id(argv, env)
 
 
 def option_value(argv: Sequence[str], names: Sequence[str]) -> str | None:

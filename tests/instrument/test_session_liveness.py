@@ -174,7 +174,7 @@ def test_another_hosts_claim_in_a_shared_run_directory_is_judged_by_its_sessions
     assert release_claims(store) == ["slurm-4242"]
 
 
-def test_torchrun_static_rendezvous_nodes_share_its_address() -> None:
+def test_torchrun_nodes_share_their_rendezvous_address() -> None:
     """torch/distributed/run.py: with the default static rendezvous every node is started with --nnodes N, its
     --node-rank, and node 0's --master-addr/--master-port (defaults 127.0.0.1 and 29500; PET_* variables stand in
     for absent options). Before, without a scheduler, each node recorded a job of its own ('1/2 ranks' each)."""
@@ -186,7 +186,11 @@ def test_torchrun_static_rendezvous_nodes_share_its_address() -> None:
         == "torchrun-h-29500"
     assert shared_job_id({}, ["python", "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", "1",
                               "t.py"]).base == "torchrun-127.0.0.1-29500"
-    c10d = ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--node-rank", "0", "t.py"]
-    assert shared_job_id({}, c10d) is None  # its nodes meet at the endpoint under --rdzv-id (joined by that id)
+    c10d = ["torchrun", "--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "t.py"]
+    shared = shared_job_id({}, c10d)  # no --rdzv-id: its nodes meet at the endpoint under the run id "none"
+    assert (shared.base, shared.rendezvous) == ("torchrun-h_29400", True)  # one rendezvous, also on one host
+    assert shared_job_id({}, [*c10d[:5], "t.py"]) is None  # no endpoint: nothing the nodes share
+    assert shared_job_id({"PET_RDZV_ID": "r7"}, c10d).base == "torchrun-r7"  # run.py reads --rdzv-id from there too
+    assert shared_job_id({}, ["torchrun", "--standalone", "--nnodes", "1", "t.py"]) is None
     assert shared_job_id({}, ["torchrun", "--nnodes", "1", "--node-rank", "0", "t.py"]) is None
     assert shared_job_id({}, ["torchrun", "--nnodes", "2", "t.py", "--node-rank", "1"]) is None  # the script's own
