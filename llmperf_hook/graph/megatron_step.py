@@ -18,8 +18,10 @@ Read in NVIDIA/Megatron-LM d98e8a6 (2026), for a job on Megatron's DDP (no FSDP)
   the all-gather sends). Under --use-precision-aware-optimizer Transformer Engine's FusedAdam writes the 16-bit
   model weights itself (the copy returns early) and reads the main gradients as they are (decoupled_grad).
 The clip scale runs every step where Transformer Engine provides multi_tensor_scale_tensor (clip_coeff stays a
-tensor, clamped to 1); with apex alone only when the norm exceeds --clip-grad, as it usually does at the start of
-training. It is priced every step.
+tensor, clamped to 1: Megatron-LM since 3d87bfc1b7, 2026-04-03); before that, and with apex alone, only when the norm
+exceeds --clip-grad (2022's megatron/optimizer/clip_grads.py: `if clip_coeff < 1.0`), as it usually does at the start
+of training. It is priced every step, as today's Megatron-LM runs it. The DDP NaN check exists since b1116a0c80
+(2023-09-05; before the reduction since d66807759c, 2023-12-05): runs of older releases had neither pass.
 
 Measured: the single-H100 Megatron-Core steps of measurements/h100-sxm5-80gb-2026-11-26-b/kernels (DP 1, no TE or
 apex: megatron-core's local fallbacks, torch.norm per tensor and copy_(src * scale)) show the two norms and the
