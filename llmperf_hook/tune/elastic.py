@@ -188,6 +188,21 @@ def _fixed_triad(cfg: TrainingConfig) -> bool:
                                  ("num_microbatches", "gradient_accumulation_steps")))
 
 
+PINNED = "--global-batch-size pinned by --apply"
+"""Megatron without --global-batch-size runs micro x DP, which follows the world; --apply states the global batch the
+search held where a layout's micro x DP at MAX differs from it (tune/megatron_argv._pin_global_batch), which fixes it
+at every count."""
+
+
+def _pinned_batch(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Per candidate, whether --apply pins a global batch the command derives (None: not a Megatron job with a derived
+    global batch)."""
+    if cfg.framework not in ("megatron", "megatron-deepspeed") or _fixed_batch(cfg):
+        return None
+    dp = cfg.world_size // np.maximum(cols["tp"] * cols["pp"] * cols["cp"], 1)
+    return cols["mbs"] * dp != cfg.batch.global_batch_size
+
+
 def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
     """The layout rules at each smaller count of the range, as named masks over a candidate table's columns:
     candidate_rules' world-dependent rules evaluated at that count's world, the batch ones only where the global
@@ -199,6 +214,7 @@ def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
         named: Masks = {}
+        pinned = _pinned_batch(cfg, cols)
         for nodes in counts:
             world = nodes * job.nproc_per_node
             where = f"({nodes} node{'s' * (nodes > 1)}, {world} GPUs)"
@@ -207,8 +223,11 @@ def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
                         **command_rule_masks(cfg, job.script_args, world_size=world)(cols)}
             if triad:
                 at_count[FIXED_TRIAD_RULE] = np.ones(len(cols["tp"]), dtype=bool)
+            if pinned is not None:  # the batch rules hold only for the layouts --apply pins a global batch for
+                at_count.update({f"{name} ({PINNED})": mask & pinned for name, mask in at_count.items()
+                                 if name.startswith(_BATCH_RULES)})
             named.update({_count_name(name, prefix, where): mask for name, mask in at_count.items()
-                          if name.startswith((*rules, FIXED_TRIAD_RULE))})
+                          if name.startswith((*rules, FIXED_TRIAD_RULE)) or PINNED in name})
         return named
 
     return masks
@@ -243,7 +262,8 @@ def at_node_count(cfg: TrainingConfig, nnodes: int) -> TrainingConfig:
     world = nnodes * cfg.nproc_per_node
     p, b = cfg.parallel, cfg.batch
     dp = world // (p.tp * p.pp * p.cp)
-    if _fixed_batch(cfg):
+    pinned = cfg.framework in ("megatron", "megatron-deepspeed") and b.micro_batch_size * p.dp != b.global_batch_size
+    if _fixed_batch(cfg) or pinned:  # a global batch the command or --apply (PINNED) states
         batch = dataclasses.replace(b, num_microbatches=b.global_batch_size // (b.micro_batch_size * dp))
     else:
         batch = dataclasses.replace(b, global_batch_size=b.micro_batch_size * b.num_microbatches * dp)

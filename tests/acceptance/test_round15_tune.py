@@ -193,8 +193,8 @@ def test_trainer_fsdp_config_the_trainer_refuses(home: Path, capsys, extra: list
     assert code == 2 and said in err, err
 
 
-DS_SCRIPT = "import argparse\nimport deepspeed\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int)\n" \
-            "p = deepspeed.add_config_arguments(p)\n"
+DS_SCRIPT = ("import argparse\nimport deepspeed\np = argparse.ArgumentParser()\n"
+             "p.add_argument('--local_rank', type=int)\np = deepspeed.add_config_arguments(p)\n")
 
 
 def test_a_ds_config_that_fixes_the_whole_batch_triad_cannot_change_size(home: Path, capsys) -> None:
@@ -211,7 +211,8 @@ def test_a_ds_config_that_fixes_the_whole_batch_triad_cannot_change_size(home: P
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--", *launch, "fixed.json"],
                              capsys)
     assert code == 3 and "Drop gradient_accumulation_steps from the ds_config" in err, err
-    assert "ds_config train_batch_size != micro x gradient_accumulation_steps x dp at the elastic minimum (3 nodes" in err
+    assert "ds_config train_batch_size != micro x gradient_accumulation_steps x dp at the elastic minimum (3 " \
+           "nodes" in err, err
     code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--",
                               *launch, "free.json"], capsys)
     assert code == 0 and json.loads(out)["top"], err
@@ -244,3 +245,27 @@ def test_a_wide_range_names_a_few_counts(home: Path, capsys) -> None:
     assert code == 3, err
     assert "No layout searched can start at 65 nodes (520 GPUs) or at 66 nodes (528 GPUs) or at 67 nodes (536 GPUs) " \
            "(and at " in err and len(err.splitlines()[-1]) < 1500, err
+
+
+def test_a_global_batch_apply_pins_is_checked_at_every_count(home: Path, capsys) -> None:
+    """Megatron without --global-batch-size runs micro x DP, which follows the world; where a layout's micro x DP at
+    the maximum differs from the command's, --apply adds --global-batch-size (megatron_argv._pin_global_batch), which
+    then holds at every count. Under --nnodes 1:3 x 8 (24 at 3 nodes), TP 1 x PP 2 x VPP 2 pins 24 and at 2 nodes
+    runs 24 / 8 = 3 micro-batches, which the interleaved schedule refuses (% PP): tune listed it. TP 2 x PP 2 x VPP 2
+    (6 and 12 micro-batches there) stays."""
+    (home / "s.yaml").write_text("micro_batch_size: [1]\ntensor_parallel: [1, 2]\npipeline_parallel: [1, 2]\n"
+                                 "virtual_pipeline: [1, 2]\ncontext_parallel: [1]\nrecompute: [none]\n"
+                                 "distributed_optimizer: [true]\n")
+    command = ["torchrun", "--nnodes", "1:3", "--nproc-per-node", "8", *MEGATRON_ARGS[:11], "--micro-batch-size", "1",
+               "--bf16", "--vocab-size", "32000"]  # no --global-batch-size: micro x DP
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--top", "30", "--search", "s.yaml",
+                              "--", *command], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert any("(--global-batch-size pinned by --apply) at an elastic count (2 nodes" in rule
+               for rule in data["search"]["invalid_by_rule"]), data["search"]["invalid_by_rule"]
+    for row in data["top"]:  # every count splits a pinned 24 into micro-batches the schedule takes
+        for nodes in (1, 2) if 24 // (row["tp"] * row["pp"]) != 24 else ():  # unpinned: micro x DP, as the world
+            dp = 8 * nodes // (row["tp"] * row["pp"])
+            assert 24 % dp == 0 and (row["vpp"] == 1 or 24 // dp % row["pp"] == 0), (row, nodes)
+    assert not [row for row in data["top"] if (row["tp"], row["pp"], row["vpp"]) == (1, 2, 2)], data["top"]
