@@ -356,7 +356,7 @@ TORCH_FP32_ADAM_BYTES_PER_PARAM = {impl: torch_step_bytes_per_param(impl, "decou
 """The same over fp32 parameters and states: foreach 80, fused 28."""
 
 
-DEEPSPEED_MP_BYTES_PER_PARAM = {0: 73.0, 1: 87.5, 2: 87.5, 3: 106.0}
+DEEPSPEED_MP_BYTES_PER_PARAM = {0: 73.0, 1: 87.5, 2: 87.5, 3: 81.5}
 """HBM traffic per local parameter (by ZeRO stage; ZeRO-0 for bf16) of DeepSpeed's mixed-precision bookkeeping
 around the Adam update: the gradients copied into the reduction buckets and cast for the reduction (communication_data_type fp32 for
 bf16), flattened into the fp32 partition (ZeRO-1/2, runtime/zero/stage_1_and_2.py) or accumulated into the fp32
@@ -365,7 +365,13 @@ scaled by the clip coefficient, and the fp32 master copied back to bf16. Measure
 SXM5 (DeepSpeed 0.19.8, torch 2.11): the kernel time of a DeepSpeed step beyond the same model's plain-torch step,
 Adam itself excluded, at the measured 2.98 TB/s (measurements/h100-sxm5-80gb-2026-11-26/kernels/). ZeRO-2 and 3 on
 an H200 (measurements/h200-sxm-141gb-2026-11-27-b/kernels/, benchmarks/deepspeed_step_cost.py at 4.22 TB/s, scaled
-by bf16 ZeRO-0's same-machine 73 / 87.8): ZeRO-2 101.5 B -> 84 (ZeRO-1's 87.5 kept), ZeRO-3 127.6 B -> 106."""
+by bf16 ZeRO-0's 73 / 87.8, read on the H200 of ../h200-sxm-141gb-2026-11-27/kernels/): ZeRO-2 101.5 B -> 84 (ZeRO-1's
+87.5 kept). ZeRO-3's 127.6 B hold its split-out bias adds, which graph/zero_layer_ops.zero3_bias_add_ops prices in the
+forward (ZERO3_BIAS_ADD_PASSES, from the same aten::add_ row): 5,535 - 539 us of aten::add_ (plain torch's own sums) =
+4,996 us per step, 4.996e-3 s x 4.22e12 B/s / 711.5e6 parameters = 29.6 B, so 127.6 - 29.6 = 98.0 B -> 81.5. Counted
+twice before, they over-priced the kernels of that 12 x 2048 ZeRO-3 step by 4.2 ms (110.4 predicted, 106.0 and
+104.1 measured in two tables; 106.2 without the double count). Below ZeRO-1/2's: ZeRO-3's table has none of their
+per-tensor checks (abs / ne / eq / amax / amin: 7 / 3 / 3 / 0 / 0 calls, ZeRO-2's 601 / 300 / 300 / 148 / 148)."""
 DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM = 30.0
 """ZeRO-0 with fp16 runs FP16_Optimizer (runtime/fp16/fused_optimizer.py) instead, on flat buffers: flatten the
 fp16 gradients (2 + 2 B), an overflow check (2), cast to the fp32 flat gradient (2 + 4), its global norm (4), the

@@ -32,23 +32,25 @@ release. With every parameter persistent (stage3_param_persistence_threshold 1e1
 still 39 ms above ZeRO-2 for 1 micro-batch and 45 ms for each further one (77 ms with fetch and release): that
 part is the gradient hooks.
 
-The constant is scaled to the model's H100 host like the other DeepSpeed host constants (step_ops
-DEEPSPEED_HOST_S_PER_TENSOR) by bf16 ZeRO-0's step stall, 176 us per tensor on an H200 host against 83 on the H100's:
-452 x 83 / 176 = 213 us. That reference is not the same machine: the 176 us were read on another lent H200
-(measurements/h200-sxm-141gb-2026-11-27/kernels/ds_bf16_zero0.txt, an earlier call than -27-b's), and no ZeRO-3
-run exists on an H100, so the scale is an assumption, not a measurement.
+The constant is the median as measured, not scaled to another host. Session 15 scaled it to the H100's host by
+bf16 ZeRO-0's step stall (176 us per tensor on an H200 against 83 on the H100: 452 x 83 / 176 = 213 us), but that
+reference was read on another lent H200 (measurements/h200-sxm-141gb-2026-11-27/kernels/ds_bf16_zero0.txt, an
+earlier call than -27-b's), not on the machine of these runs, and no ZeRO-3 run exists on an H100: the scale was an
+assumption. Like DEEPSPEED_STEP_HOST_S_PER_LAUNCH (step_ops.py), the per-tensor Python cost is taken as measured on
+one host and applied to every cluster. The table above subtracted ZeRO-3's step bytes at 106 B; with 81.5 B and the
+split-out bias adds priced apart (zero_layer_ops.zero3_bias_add_ops) the subtraction is ~1 ms larger for the
+12 x 2048 model, 7 us per tensor: within the spread, kept.
 
-The hold-out H200 (measurements/h200-sxm-141gb-2026-11-28, h04: 20 x 2560, 244 tensors, 1 micro-batch) does not
-bear it out: its ZeRO-0 stall is at the H100's scale (h01 predicted within 3 % at 83 us) while its hooks are not.
-Its profiled step (benchmarks/zero3_hook_host.py kernels/h04.trace.json.gz) spends 62.7 ms of the forward's
-93.5-ms host span in Python between ops (ZeRO-1's h05: 4.1 of 20.7), 86.6 ms in the backward's 244 AccumulateGrad
-nodes (355 us each, where h05's take 29: the gradient hook runs inside them) and 62.3 ms in 285 pre/post-backward
-module nodes (fetch_sub_module / release_sub_module); the device idles 66 of 94 ms in the forward, 150 of 210 in
-the backward. Unprofiled, the three walls of the same job (241.1, 263.4, 269.6 ms; steps of one run spread 218-291)
-less its 154.2 ms of kernels leave 87-115 ms of host time, 300-415 us per tensor beyond the model's other host
-terms, against 213 here. Not changed: the development runs (-27-b) give 268-663 us per tensor and micro-batch, and
-452 unscaled moves h04 from -10.9 to +11.3 % while the model also over-prices h04's kernels (168.8 ms against 154.2
-measured, mostly the step's bookkeeping bytes, DEEPSPEED_MP_BYTES_PER_PARAM[3]).
+Scored on the hold-out H200 (measurements/h200-sxm-141gb-2026-11-28, h04: 20 x 2560, 244 tensors, 1 micro-batch;
+never fitted to): h04 predicted +7.4 % at 452 us (-10.9 % at 213). Its profiled step (benchmarks/zero3_hook_host.py
+kernels/h04.trace.json.gz) spends 62.7 ms of the forward's 93.5-ms host span in Python between ops (ZeRO-1's h05:
+4.1 of 20.7), 86.6 ms in the backward's 244 AccumulateGrad nodes (355 us each, where h05's take 29: the gradient
+hook runs inside them) and 62.3 ms in 285 pre/post-backward module nodes (fetch_sub_module / release_sub_module);
+the device idles 66 of 94 ms in the forward and 150 of 210 in the backward, so the hooks add to the kernels rather
+than hide behind them. Unprofiled, the three walls of that job (241.1, 263.4, 269.6 ms; the steps of one run spread
+218-291) less its 154.2 ms of kernels leave 87-115 ms of host time: 300-415 us per tensor beyond the model's other
+host terms, inside the development spread. Its host is not the -27-b one: its ZeRO-0 stall is at the H100's 83 us
+(h01 predicted within 3 %), so the stall does not track the hooks' Python either.
 
 Tensors are what the model registers (graph/param_tensors.py): 9 a layer for transformers' Llama, every local expert's
 weights for Megatron's MoE layers. A module marked with deepspeed.utils.set_z3_leaf_modules (an MoE block, so that
@@ -82,7 +84,7 @@ from llmperf_hook.graph.param_tensors import model_param_tensors
 
 ZERO3_HOOKS_OP = "zero3.module_hooks"
 """The op's name, which the composer reports apart from the optimizer step (schedule/compose.py step_ops_cost)."""
-ZERO3_HOOK_S_PER_TENSOR = 213e-6
+ZERO3_HOOK_S_PER_TENSOR = 452e-6
 """Host seconds per parameter tensor and micro-batch of ZeRO-3's fetch, release and gradient hooks (above)."""
 
 
