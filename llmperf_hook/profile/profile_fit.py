@@ -150,8 +150,8 @@ def framework_file_after_refit(profile_dir: Path, earlier: SampleSet | None, ent
         {"all dtypes": "the file cannot be read"}
     if not changed:
         return (f"framework cost kept ({path}, {', '.join(covered)}): this refit measured no new shape for "
-                f"{'that dtype' if len(covered) == 1 else 'those dtypes'}, so their regressors are fitted from the "
-                f"samples the cost was measured against")
+                f"{'that dtype, so its' if len(covered) == 1 else 'those dtypes, so their'} regressors are fitted from "
+                f"the samples the cost was measured against")
     kept = [dt for dt in covered if dt not in changed]
     what = "; ".join(f"{dt} ({why})" for dt, why in sorted(changed.items()))
     if kept and _drop_dtypes(path, set(changed)):
