@@ -102,7 +102,7 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         notes += time_box_notes(path, dtypes)
         phase_ends_s.append(("framework cost", time.perf_counter()))
     elif req.device == "cpu":
-        notes.append(framework_file_after_refit(profile_dir, earlier, entries))
+        notes.append(framework_file_after_refit(profile_dir, earlier, entries, req.dtype))
     return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
                          tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes), budget,
                          tuple(phase_ends_s))
@@ -127,21 +127,23 @@ def _sample_set(num: object, ranges: Mapping[str, object]) -> tuple[int, tuple[t
     return int(num), tuple((str(k), float(lo), float(hi)) for k, (lo, hi) in sorted(ranges.items()))
 
 
-def framework_file_after_refit(profile_dir: Path, earlier: SampleSet | None, entries: Collection) -> str:
+def framework_file_after_refit(profile_dir: Path, earlier: SampleSet | None, entries: Collection,
+                               dtype: str = "fp32") -> str:
     """A refit too short to measure the framework cost (--budget < MIN_BUDGET_MIN) keeps the framework file when
     every dtype it covers was refitted from the samples the earlier models were fitted from (same classes, and per
     class the same number of samples over the same ranges: no shape measured or recorded since), the usual case of
     the refit that a profile without its digest names: the cost was measured against regressors of those samples.
     Else the dtypes whose samples changed are removed from it (the whole file when none is left): their compute scale
-    and residuals were measured against regressors that changed. Says which it did."""
+    and residuals were measured against regressors that changed. Says which it did, and the command (in `dtype`, the
+    one sampled: it measures every dtype of the profile) that measures it."""
     from llmperf_hook.profile.cpu_framework import FILE_NAME, MIN_BUDGET_MIN
     from llmperf_hook.profile.cpu_framework_readings import put_back_replaced
 
     path = profile_dir / FILE_NAME
     put_back_replaced(path)  # a --budget 3 run killed while it measured left the file aside
     covered = _framework_dtypes(path)
-    measure = (f"`llmperf profile --device cpu --budget {MIN_BUDGET_MIN:g} --name {profile_dir.name}` measures it "
-               f"(it needs --budget >= {MIN_BUDGET_MIN:g} min)")
+    measure = (f"`llmperf profile --device cpu --dtype {dtype} --budget {MIN_BUDGET_MIN:g} --name {profile_dir.name}` "
+               f"measures it (it needs --budget >= {MIN_BUDGET_MIN:g} min)")
     if covered is None:
         return (f"framework cost on the CPU (profile/cpu_framework.py) not measured: {measure}; predictions on this "
                 f"CPU use the operator profile alone")

@@ -74,7 +74,7 @@ def test_new_samples_of_a_covered_dtype_remove_it_and_say_what_changed(home: Pat
     assert not path.exists()
     note = _note(result, "framework cost removed")
     assert "this refit changed fp32 (gemm/fwd 12 -> 20 samples)" in note, note
-    assert "`llmperf profile --device cpu --budget 3 --name refit-box` measures it" in note, note
+    assert "`llmperf profile --device cpu --dtype fp32 --budget 3 --name refit-box` measures it" in note, note
 
 
 def test_a_new_class_in_a_covered_dtype_removes_it(home: Path) -> None:
@@ -110,7 +110,8 @@ def test_an_unreadable_framework_file_is_removed(home: Path) -> None:
 def test_without_a_framework_file_the_note_says_how_to_measure_it(home: Path) -> None:
     result = _fit(_gemm(12))
     note = _note(result, "framework cost on the CPU")
-    assert "not measured: `llmperf profile --device cpu --budget 3 --name refit-box` measures it" in note, note
+    assert "not measured: `llmperf profile --device cpu --dtype fp32 --budget 3 --name refit-box` measures it" in \
+        note, note
 
 
 def test_only_the_changed_dtype_is_removed(home: Path) -> None:
