@@ -137,8 +137,11 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
                f"{', '.join(result.fitted_classes)})")
     click.echo(f"hardware {result.hardware_yaml}")
     click.echo(f"store    {_store_path(req.store_path)}  (the samples: the same command resumes from them)")
-    for note in result.notes:
-        click.echo(f"note: {note}")
+    from llmperf_hook.profile.profile_fit import replaced_note
+
+    for note in (*result.notes, replaced_note(result)):
+        if note:
+            click.echo(f"note: {note}")
     if name and name != result.name:
         click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
     click.echo(took)

@@ -46,6 +46,8 @@ class ProfileResult:
     """(phase, time.perf_counter() when it ended), in order: where the --budget went (commands/profile says it)."""
     expected_measured: int | None = None
     """Shapes the plan expected this --budget to measure (sampler.expected_run), None when not planned."""
+    meta_sha256: str | None = None
+    """The digest of the profile.json this run wrote (written_digest), to tell when another run replaced it."""
 
 
 def _peaks(req: ProfileRequest, measured: Mapping[str, RooflineConstants]) -> dict[str, float]:
@@ -91,6 +93,7 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         models=tuple(entries), notes=tuple(notes), unfitted=unfitted)
     earlier = fitted_samples_of(llmperf_home() / "profiles" / name)
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
+    digest = written_digest(profile_dir)
     yaml_path = _hardware_yaml(req, name, rc, rooflines)
     phase_ends_s = [("fitting and writing", time.perf_counter())]
     if measures_framework(req):  # framework work on the computing thread, measured against this profile
@@ -105,7 +108,27 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         notes.append(framework_file_after_refit(profile_dir, earlier, entries, req.dtype))
     return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
                          tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes), budget,
-                         tuple(phase_ends_s))
+                         tuple(phase_ends_s), meta_sha256=digest)
+
+
+def written_digest(profile_dir: Path) -> str | None:
+    """meta_sha256 of profile_dir/profile.json now (None when unreadable)."""
+    try:
+        return str(json.loads((profile_dir / "profile.json").read_text())["meta_sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def replaced_note(result: ProfileResult) -> str | None:
+    """A line when the profile folder no longer holds this run's fit: another `llmperf profile --name` of the same
+    name wrote after it (played: three profiles into one home at once; each summary listed its own regressors, and
+    the folder held the last writer's)."""
+    now = written_digest(result.profile_dir)
+    if result.meta_sha256 is None or now == result.meta_sha256:
+        return None
+    return (f"{result.profile_dir} now holds another run's fit, written after this one (another `llmperf profile "
+            f"--name {result.name}` at the same time, or a `refine`): the regressors listed above may not be the ones "
+            f"`predict` uses; the samples of both are in the store, and the same command refits them all")
 
 
 SampleSet = dict[tuple[str, str, str], tuple[int, tuple[tuple[str, float, float], ...]]]

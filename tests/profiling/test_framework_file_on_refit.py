@@ -123,3 +123,13 @@ def test_only_the_changed_dtype_is_removed(home: Path) -> None:
     assert list(json.loads(path.read_text())["dtypes"]) == ["fp32"]
     note = _note(result, "framework cost of bf16 removed")
     assert f"removed from {path}, kept for fp32" in note and "bf16 (gemm/fwd 9 -> 16 samples)" in note, note
+
+
+def test_a_fit_another_run_replaced_is_said(home: Path) -> None:
+    from llmperf_hook.profile.profile_fit import replaced_note
+
+    first = _fit(_gemm(12))
+    assert replaced_note(first) is None
+    _fit(_gemm(20), measured=8)  # another profile of the same name, at the same time
+    note = replaced_note(first)
+    assert note and "now holds another run's fit, written after this one" in note, note
