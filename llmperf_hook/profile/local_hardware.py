@@ -255,5 +255,10 @@ def write_hardware_yaml(name: str, device: str, peaks_flop_per_s: dict[str, floa
         "sources": f"measured {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: best of 5 square GEMMs per "
                    f"dtype and a large tensor copy",
     }
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    fresh = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # renamed over it: a concurrent reader never sees half
+    try:
+        fresh.write_text(yaml.safe_dump(doc, sort_keys=False))
+        os.replace(fresh, path)
+    finally:
+        fresh.unlink(missing_ok=True)
     return path
