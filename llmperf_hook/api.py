@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
@@ -125,6 +126,11 @@ def resolve_cluster(cluster: str | ClusterSpec | None, hardware: str | None) -> 
         note = (f"no --cluster given: assuming {home}, the shipped cluster of {hardware} GPUs (its nodes and "
                 f"network); pass --cluster NAME|FILE for your system.")
         return load_cluster(home, hardware), (note,)
+    measured = measured_cluster(hardware) if hardware else None
+    if measured:
+        note = (f"no --cluster given: assuming {measured.stem}, the cluster `llmperf profile --comm` described for "
+                f"{hardware} ({measured}); pass --cluster NAME|FILE for another.")
+        return load_cluster(str(measured), hardware), (note,)
     note = (f"no --cluster given: assuming {DEFAULT_CLUSTER} ({'GPU ' + hardware if hardware else 'its GPUs'}, "
             f"its network); pass --cluster NAME|FILE for your system.")
     return load_cluster(DEFAULT_CLUSTER, hardware), (note,)
@@ -144,6 +150,26 @@ def home_cluster(hardware: str) -> str | None:
                    if (yaml.safe_load(p.read_text()) or {}).get("gpu") == hardware)
     dgx = [n for n in names if n.startswith("dgx-")]
     return dgx[0] if dgx else names[0] if len(names) == 1 else None
+
+
+def measured_cluster(hardware: str) -> Path | None:
+    """The user's own cluster file of `hardware` ($LLMPERF_HOME/clusters/*.yaml whose `gpu:` it is, as `llmperf
+    profile --comm` writes one for the machine it measured: comm_sampler._ensure_cluster_yaml), the newest where
+    several are; None when there is none. For hardware no shipped cluster holds (a CPU or GPU profile of the user's
+    own): the measured network of that machine, not DEFAULT_CLUSTER's NVLink with the hardware swapped in."""
+    import yaml
+
+    from llmperf_hook.resources import llmperf_home
+
+    found = []
+    for path in (llmperf_home() / "clusters").glob("*.y*ml"):
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue  # an unreadable file is reported when it is named with --cluster, not here
+        if isinstance(doc, dict) and str(doc.get("gpu", "")).lower() == hardware.lower():
+            found.append((path.stat().st_mtime, path))
+    return max(found)[1] if found else None
 
 
 def _preset_name(name: str) -> str:

@@ -46,3 +46,37 @@ def test_predict_cli_names_the_assumed_cluster() -> None:
     assert out.exit_code == 0, out.output
     data = json.loads(out.output[out.output.index("{"):])
     assert data["cluster"]["name"] == "dgx-h200" and data["cluster"]["gpu"] == "h200-sxm-141gb"
+
+
+def _home_with(tmp_path, monkeypatch, clusters: dict[str, str]) -> None:
+    """An LLMPERF_HOME holding a user hardware file `my-cpu` and the given cluster files (name -> gpu)."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    (tmp_path / "hardware").mkdir()
+    shipped = (configs_dir() / "hardware" / "h100-sxm5-80gb.yaml").read_text()
+    (tmp_path / "hardware" / "my-cpu.yaml").write_text(shipped.replace("name: h100-sxm5-80gb", "name: my-cpu"))
+    (tmp_path / "clusters").mkdir()
+    for name, gpu in clusters.items():
+        (tmp_path / "clusters" / f"{name}.yaml").write_text(
+            f"name: {name}\ngpu: {gpu}\ngpus_per_node: 2\nintra_node_bandwidth_GBps: 2\n"
+            f"inter_node_bandwidth_GBps: 1\nintra_node_latency_us: 50\n")
+
+
+def test_hardware_alone_takes_the_cluster_profile_comm_measured_for_it(tmp_path, monkeypatch) -> None:
+    """A user's own hardware (a CPU profile) with the cluster file `llmperf profile --comm` wrote for it: that
+    machine's measured network (2 GB/s, 50 us), not dgx-h100's NVLink with the hardware swapped in."""
+    _home_with(tmp_path, monkeypatch, {"my-box": "my-cpu", "other-box": "other-cpu"})
+    spec, notes = resolve_cluster(None, "my-cpu")
+    assert (spec.name, spec.gpu.name, spec.gpus_per_node) == ("my-box", "my-cpu", 2)
+    assert spec.intra_node.bandwidth_bytes_per_s == pytest.approx(2e9)
+    assert "assuming my-box, the cluster `llmperf profile --comm` described for my-cpu" in notes[0]
+
+
+def test_a_shipped_gpu_keeps_its_shipped_cluster_over_a_users_file(tmp_path, monkeypatch) -> None:
+    _home_with(tmp_path, monkeypatch, {"my-h200s": "h200-sxm-141gb"})
+    assert resolve_cluster(None, "h200-sxm-141gb")[0].name == "dgx-h200"
+
+
+def test_user_hardware_without_a_cluster_file_keeps_the_default(tmp_path, monkeypatch) -> None:
+    _home_with(tmp_path, monkeypatch, {"other-box": "other-cpu"})
+    spec, notes = resolve_cluster(None, "my-cpu")
+    assert spec.name == DEFAULT_CLUSTER and f"assuming {DEFAULT_CLUSTER}" in notes[0]
