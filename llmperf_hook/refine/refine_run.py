@@ -168,7 +168,8 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     fingerprint = fingerprint_from_config_json((prediction or {}).get("config"))
     shares = cost_shares((prediction or {}).get("breakdown"), (prediction or {}).get("config"))  # refine/transfer.py
     notes = [*_damaged_prediction_note(Path(run.path), job_id), *_completeness_notes(job),
-             *_short_run_note(Path(run.path), job_id, job), *session_notes(Path(run.path) / "jobs" / job_id)]
+             *_short_run_note(Path(run.path), job_id, job),
+             *session_notes(Path(run.path) / "jobs" / job_id)]  # sessions without their end record
     if run.num_bad_lines:
         notes.append(f"{run.num_bad_lines} unreadable or malformed line(s) in the run's rank*.jsonl files skipped "
                      f"(a rank killed mid-write, or an edited file)")

@@ -95,8 +95,9 @@ def test_a_killed_session_is_said_ended_and_its_id_claim_released_by_refine(tmp_
     job = [sys.executable, str(REPO / "examples" / "cpu-testbed" / "train_gpt.py"), "--num-layers", "1",
            "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "16", "--max-position-embeddings",
            "16", "--micro-batch-size", "2", "--global-batch-size", "2", "--vocab-size", "128", "--train-iters", "400"]
-    session = subprocess.Popen([sys.executable, "-m", "llmperf_hook", "run", "--instrument", "2", "--run-dir", str(run),
-                                "--", *job], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    session = subprocess.Popen([sys.executable, "-m", "llmperf_hook", "run", "--instrument", "2", "--run-dir",
+                                str(run), "--", *job], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     deadline = time.time() + 180
     while not any(r.get("kind") == "end" for r in _records(run)) and time.time() < deadline:
         time.sleep(0.2)

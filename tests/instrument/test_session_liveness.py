@@ -93,14 +93,17 @@ def _ds(*options: str) -> list[str]:
 def test_deepspeed_no_ssh_nodes_share_their_rendezvous_address(tmp_path: Path) -> None:
     """deepspeed/launcher/runner.py --no_ssh: each node runs the launcher with its --node_rank; every node is given
     the same --master_addr/--master_port (default 29500), where node 0 listens for the whole job."""
-    node0 = _ds("--hostfile", "hf", "--no_ssh", "--node_rank", "0", "--master_addr", "10.0.0.1", "--master_port", "29600")
+    node0 = _ds("--hostfile", "hf", "--no_ssh", "--node_rank", "0", "--master_addr", "10.0.0.1",
+                "--master_port", "29600")
     shared = shared_job_id({}, node0)
     assert shared is not None and shared.base == "deepspeed-10.0.0.1-29600"
     assert "--master_addr 10.0.0.1, --master_port 29600" in shared.origin
-    assert shared_job_id({}, _ds("--no_ssh", "--node_rank=1", "--master_addr=10.0.0.1")).base == "deepspeed-10.0.0.1-29500"
+    one = shared_job_id({}, _ds("--no_ssh", "--node_rank=1", "--master_addr=10.0.0.1"))
+    assert one.base == "deepspeed-10.0.0.1-29500"
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("worker-7 slots=8\nworker-8 slots=8\n")
-    assert shared_job_id({}, _ds("-H", str(hostfile), "--no_ssh", "--node_rank", "1")).base == "deepspeed-worker-7-29500"
+    first_host = shared_job_id({}, _ds("-H", str(hostfile), "--no_ssh", "--node_rank", "1"))
+    assert first_host.base == "deepspeed-worker-7-29500"
     assert shared_job_id({}, _ds("--hostfile", str(tmp_path / "none"), "--no_ssh", "--node_rank", "1")) is None
     assert shared_job_id({}, _ds("--num_gpus", "2", "--master_addr", "10.0.0.1")) is None  # one launcher for all nodes
     assert shared_job_id({}, ["deepspeed", "train.py", "--no_ssh", "--master_addr", "x"]) is None  # the script's own
