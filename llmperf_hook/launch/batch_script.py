@@ -70,6 +70,8 @@ _HEREDOC_OPEN = re.compile(r"(?<!<)<<(?!<)")
 """The command holds the `<<` of the line's here-document (not a `<<<` here-string)."""
 _SUBSHELL_OPEN = re.compile(r"(?<![$(<>=])\((?!\()")
 """A `(` that opens a subshell: not `$(`, `<(`, `>(`, arithmetic `((` or an array's `=(` (`A+=(x); exit 1`)."""
+_COPROC = re.compile(r"(?<![\w-])coproc\s")
+"""`coproc [NAME] command`: bash runs it in the background, which sets `$!` (bash manual 3.2.6 Coprocesses)."""
 _WRITERS = frozenset({"cat", "tee"})
 """Commands whose here-document llmperf reads as the file they write (`cat > ds.json <<EOF`)."""
 _READS_INPUT = _WRITERS | {"sbatch"} | SHELLS
@@ -265,7 +267,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 self.assign_array(text)):
             return False
         name = ARRAY_ASSIGN.match(text).group(1)  # type: ignore[union-attr]
-        if self.conditions.uncertain() or re.search(r"[$`*?\[]", "".join(self.arrays.get(name, []))):
+        if self.conditions.uncertain() or self.conditions.undecided or \
+                re.search(r"[$`*?\[]", "".join(self.arrays.get(name, []))):  # `[ -f cfg ] && A=(z)` may not run
             self.loose_arrays.add(name)
         elif not ARRAY_ASSIGN.match(text).group(2):  # type: ignore[union-attr]
             self.loose_arrays.discard(name)
@@ -281,7 +284,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         """Read the commands of `text` in order, each test of a condition with the list operator before it (an `if
         A || B` is decided as bash runs it, shell_conditions._status); the pipelines read."""
         listed, subshell = command_list(text), self.subshell
-        self.background |= in_background(text) or any(joined == "&" for joined, _ in listed)  # `$!` is set from here
+        self.background |= in_background(text) or any(joined == "&" for joined, _ in listed) or \
+            _COPROC.search(text) is not None  # `$!` is set from here
         for n, (joined, pipeline) in enumerate(listed):
             lastpipe = self.lastpipe and not self.monitor  # `shopt -s lastpipe; cat f | read TP` on one line
             for k, (command, forked) in enumerate(zip(pipeline, forks(listed, n, text, lastpipe))):

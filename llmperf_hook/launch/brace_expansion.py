@@ -56,14 +56,34 @@ def _expand(text: str) -> list[str]:
 
 def _first_expression(text: str) -> tuple[int, int, str] | None:
     """Where the first brace expression of `text` opens and closes, and its kind (braces.c brace_expand: a `{` that
-    opens no valid expression is passed over)."""
-    for at, char in enumerate(text):
-        if char != "{" or (at and text[at - 1] == "\\"):
+    opens no valid expression is passed over, and so is a parameter expansion, braces.c brace_gobbler: 'treat ${...}
+    like \\{...}', so `${U:-a,b}` stays one word and `${X}{a,b}` gives two)."""
+    at = 0
+    while at < len(text):
+        if text[at] == "\\":
+            at += 2
             continue
-        closed = _closing(text, at + 1)
-        if closed is not None and (closed[1] == "list" or _sequence_terms(text[at + 1:closed[0]]) is not None):
-            return at, closed[0], closed[1]
+        if text.startswith("${", at):
+            at = _parameter_end(text, at + 2)
+            continue
+        if text[at] == "{":
+            closed = _closing(text, at + 1)
+            if closed is not None and (closed[1] == "list" or _sequence_terms(text[at + 1:closed[0]]) is not None):
+                return at, closed[0], closed[1]
+        at += 1
     return None
+
+
+def _parameter_end(text: str, i: int) -> int:
+    """Where the `${...}` whose text starts at text[i] ends: after its `}`, inner braces counted."""
+    level = 1
+    while i < len(text) and level:
+        if text[i] == "\\":
+            i += 2
+            continue
+        level += (text[i] == "{") - (text[i] == "}")
+        i += 1
+    return i
 
 
 def _closing(text: str, i: int) -> tuple[int, str] | None:

@@ -93,15 +93,16 @@ def for_loop(lines: Sequence[ScriptLine], i: int) -> ForLoop | None:
 
 def brace_expanded(words: list[str], quoted: list[bool]) -> tuple[list[str], list[bool]]:
     """A command's words (with their quoted_words marks) after bash's brace expansion (3.5.1), which comes before
-    every other expansion: `--data-path {a,b}_text` is two words. A word with any quoting, an assignment (`X={a,b}`
-    is not expanded), one holding `${` or `$(`, or one brace_expansion leaves alone stays as it is; an empty word it
-    gives is removed, as bash removes an unquoted empty word (`{,}`: none, `a{,b}`: a ab)."""
+    every other expansion: `--data-path {a,b}_text` is two words, `${X}{a,b}` too (a `${...}` is passed over). A word
+    with any quoting, an assignment (`X={a,b}` is not expanded), one holding `$(` or a backquote, or one
+    brace_expansion leaves alone stays as it is; an empty word it gives is removed, as bash removes an unquoted empty
+    word (`{,}`: none, `a{,b}`: a ab)."""
     if len(quoted) != len(words) or not any("{" in word for word in words):
         return words, quoted
     out: list[str] = []
     marks: list[bool] = []
     for word, mark in zip(words, quoted):
-        braced = None if mark or "${" in word or "$(" in word or re.match(r"[A-Za-z_]\w*\+?=", word) else \
+        braced = None if mark or "$(" in word or "`" in word or re.match(r"[A-Za-z_]\w*\+?=", word) else \
             brace_expand(word)
         kept = [word] if braced is None else [each for each in braced if each]
         out.extend(kept)
@@ -136,7 +137,7 @@ def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[
             return None
         if word.startswith("~") and not any_quote:  # tilde expansion (3.5.2): the home folder where it runs
             return None
-        braced_words = brace_expand(word) if unquoted is False and not any_quote else [word]
+        braced_words = brace_expand(word) if not any_quote and (unquoted is False or "${" in word) else [word]
         if braced_words is None:
             return None
         for braced in braced_words:
