@@ -29,6 +29,7 @@ No file (any GPU profile): nothing changes. Only json is read here; no torch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -72,9 +73,39 @@ class CpuFrameworkCost:
         return float(self.concurrency_slowdown[str(key)])
 
 
+DIGEST_KEY = "sha256"
+"""The framework file's digest of its own content (framework_sha256), written with it since 28 Nov 2026."""
+
+
+def framework_sha256(doc: Mapping) -> str:
+    """sha256 of a framework file's content but its digest, as canonical JSON (sorted keys; floats as Python writes
+    them, which read back exactly), as profile_io.meta_sha256 is of profile.json: a plausible hand edit (compute_scale
+    1.2 -> 1.9, within what the writer produces) would otherwise change every CPU prediction without a word."""
+    return hashlib.sha256(json.dumps({k: v for k, v in doc.items() if k != DIGEST_KEY}, sort_keys=True).encode()
+                          ).hexdigest()
+
+
+def with_digest(doc: Mapping) -> dict:
+    """`doc` with its digest: what every writer of the file writes (cpu_framework_readings, profile_fit)."""
+    return {**{k: v for k, v in doc.items() if k != DIGEST_KEY}, DIGEST_KEY: framework_sha256(doc)}
+
+
+def digest_problem(doc: object) -> str | None:
+    """Why the file's content is not what its writer wrote (its digest does not match), or None. A file without
+    the digest (written before 28 Nov 2026, or planted by a script) is read as it is: its terms are still checked
+    (_checked), and the next `llmperf profile --device cpu --budget 3` writes one with it."""
+    if not isinstance(doc, dict) or DIGEST_KEY not in doc or doc[DIGEST_KEY] == framework_sha256(doc):
+        return None
+    return f"its content does not match its {DIGEST_KEY} (edited or corrupted after llmperf wrote it)"
+
+
 @lru_cache(maxsize=16)
 def _read(path: str, mtime_ns: int) -> dict:
-    return json.loads(open(path).read())
+    doc = json.loads(open(path).read())
+    problem = digest_problem(doc)
+    if problem:
+        raise ValueError(problem)
+    return doc
 
 
 def find_cpu_framework_cost(hardware_name: str, dtype: str) -> CpuFrameworkCost | None:

@@ -373,7 +373,7 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
     try:
         doc = _measure_dtypes(hardware_name, dtypes, threads, deadline_s)
         if doc["dtypes"]:
-            _write_whole(path, {**doc, "history": history})
+            write_whole(path, {**doc, "history": history})
     finally:
         if path.is_file() or not keep_earlier:  # written, or the earlier one is stale
             aside.unlink(missing_ok=True)
@@ -395,11 +395,14 @@ def put_back_replaced(path: Path) -> None:
         os.replace(_aside(path), path)
 
 
-def _write_whole(path: Path, doc: dict) -> None:
-    """Write `doc` to a temporary name and rename it: a reader never sees half a file, a failed write leaves none."""
-    fresh = path.with_name(path.name + ".tmp")
+def write_whole(path: Path, doc: dict) -> None:
+    """Write `doc` with its digest (predict/cpu_framework.with_digest: a later edit is refused, not predicted with) to
+    a temporary name and rename it: a reader never sees half a file, a failed write leaves none."""
+    from llmperf_hook.predict.cpu_framework import with_digest
+
+    fresh = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # its own: two runs of one name may write at once
     try:
-        fresh.write_text(json.dumps(doc, indent=1))
+        fresh.write_text(json.dumps(with_digest(doc), indent=1))
         os.replace(fresh, path)
     finally:
         fresh.unlink(missing_ok=True)

@@ -164,19 +164,24 @@ def framework_file_after_refit(profile_dir: Path, earlier: SampleSet | None, ent
 
     path = profile_dir / FILE_NAME
     put_back_replaced(path)  # a --budget 3 run killed while it measured left the file aside
-    covered = _framework_dtypes(path)
+    found = _framework_entries(path)
     measure = (f"`llmperf profile --device cpu --dtype {dtype} --budget {MIN_BUDGET_MIN:g} --name {profile_dir.name}` "
                f"measures it (it needs --budget >= {MIN_BUDGET_MIN:g} min)")
-    if covered is None:
+    if found is None:
         return (f"framework cost on the CPU (profile/cpu_framework.py) not measured: {measure}; predictions on this "
                 f"CPU use the operator profile alone")
+    covered, unusable = found
+    if unusable:
+        path.unlink(missing_ok=True)
+        return (f"framework cost removed ({path}): {unusable}; predictions on this CPU use the operator profile "
+                f"alone until {measure}")
     now: SampleSet = {(e.op_class, e.phase, e.dtype): _sample_set(e.num_samples, e.train_ranges) for e in entries}
-    changed = {dt: why for dt in covered if (why := _changes(earlier, now, dt))} if covered else \
-        {"all dtypes": "the file cannot be read"}
+    changed = {dt: why for dt, entry in sorted(covered.items())
+               if (why := _changes(earlier, now, dt) or reference_shift(entry, dt, profile_dir.name))}
     if not changed:
-        return (f"framework cost kept ({path}, {', '.join(covered)}): this refit measured no new shape for "
+        return (f"framework cost kept ({path}, {', '.join(sorted(covered))}): this refit measured no new shape for "
                 f"{'that dtype, so its' if len(covered) == 1 else 'those dtypes, so their'} regressors are fitted from "
-                f"the samples the cost was measured against")
+                f"the samples the cost was measured against and predict its reference steps as before")
     kept = [dt for dt in covered if dt not in changed]
     what = "; ".join(f"{dt} ({why})" for dt, why in sorted(changed.items()))
     if kept and _drop_dtypes(path, set(changed)):
@@ -189,30 +194,63 @@ def framework_file_after_refit(profile_dir: Path, earlier: SampleSet | None, ent
 
 
 def _drop_dtypes(path: Path, dtypes: set[str]) -> bool:
-    """Rewrite the framework file without `dtypes` (a temporary file renamed over it); False when it cannot be."""
-    import os
+    """Rewrite the framework file without `dtypes` (cpu_framework_readings.write_whole: renamed over it, with its new
+    digest); False when it cannot be."""
+    from llmperf_hook.profile.cpu_framework_readings import write_whole
 
-    fresh = path.with_name(path.name + ".tmp")
     try:
         doc = json.loads(path.read_text())
-        doc["dtypes"] = {dt: v for dt, v in doc["dtypes"].items() if dt not in dtypes}
-        fresh.write_text(json.dumps(doc, indent=1))
-        os.replace(fresh, path)
+        write_whole(path, {**doc, "dtypes": {dt: v for dt, v in doc["dtypes"].items() if dt not in dtypes}})
         return True
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    finally:
-        fresh.unlink(missing_ok=True)
 
 
-def _framework_dtypes(path: Path) -> list[str] | None:
-    """The dtypes a framework file covers ([] for an unreadable one), None without one."""
+def _framework_entries(path: Path) -> tuple[dict[str, dict], str] | None:
+    """({dtype: entry} of a framework file, why it cannot be used: "" when it can), None without one. An edited file
+    (its digest does not match: predict refuses it) is neither kept nor re-signed by _drop_dtypes."""
+    from llmperf_hook.predict.cpu_framework import digest_problem
+
     if not path.is_file():
         return None
     try:
-        return sorted(str(dt) for dt in json.loads(path.read_text())["dtypes"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
+        doc = json.loads(path.read_text())
+        covered = {str(dt): entry if isinstance(entry, dict) else {} for dt, entry in doc["dtypes"].items()}
+        return covered, digest_problem(doc) or ("" if covered else "the file holds no dtype")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}, "the file cannot be read"
+
+
+REFERENCE_SHIFT_MAX = 0.02
+"""How far (relative) a refit's regressors may move the prediction of a reference step the framework cost was measured
+on before that cost counts as measured against other regressors. Equal sample sets do not make equal regressors:
+another LightGBM, other fitting code, or other samples over the same count and ranges refit them differently. A refit
+of the same samples on the same install moves them by its re-measured rooflines alone (+0.47 % on a step: h190, 28
+Nov); the cost's own readings disagree by far more (compute_scale's spread 31 % at load 8, cpu-testbed 28 Nov), so
+below this a re-measurement could not tell the difference."""
+
+
+def reference_shift(entry: Mapping, dtype: str, name: str) -> str:
+    """"" when profile `name`'s regressors now predict every reference step of the framework cost's `entry` (its
+    samples: shape, predicted_compute_s, as cpu_framework_readings.fixed_parts predicted them when it was measured)
+    within REFERENCE_SHIFT_MAX; else how far one moved. A file without them (format 2) is compared by its samples
+    alone (_changes)."""
+    from llmperf_hook.errors import LlmperfError
+    from llmperf_hook.profile import cpu_framework as cf
+
+    worst, where = 0.0, ""
+    try:
+        for row in entry.get("samples") or ():
+            shape, before_s = tuple(int(v) for v in row["shape"]), float(row["predicted_compute_s"])
+            shift = cf.predicted_parts(shape, dtype, name)["compute_s"] / before_s - 1.0
+            if abs(shift) > abs(worst):
+                worst, where = shift, "x".join(map(str, shape))
+    except (LlmperfError, KeyError, TypeError, ValueError, ZeroDivisionError) as err:
+        return f"its reference steps could not be predicted again ({type(err).__name__}: {err})"
+    if abs(worst) <= REFERENCE_SHIFT_MAX:
+        return ""
+    return (f"the refitted regressors predict its reference step {where} {100 * worst:+.1f} % off what the cost was "
+            f"measured against")
 
 
 def _changes(earlier: SampleSet | None, now: SampleSet, dtype: str) -> str:

@@ -107,8 +107,18 @@ def test_mistyped_ops_say_what_was_meant(args: list[str], says: str, tmp_path: P
     assert not (tmp_path / "store.sqlite").exists()
 
 
+def _signed_then_edited() -> dict:
+    """FRAMEWORK as llmperf writes it (signed), then compute_scale 1.2 -> 1.9: within what the writer produces, so
+    only the digest tells."""
+    from llmperf_hook.predict.cpu_framework import with_digest
+
+    doc = with_digest(FRAMEWORK)
+    return {**doc, "dtypes": {"fp32": {**doc["dtypes"]["fp32"], "compute_scale": 1.9}}}
+
+
 @pytest.mark.parametrize("text, says", [
     ('{"dtypes": {"fp', "JSONDecodeError"),
+    (json.dumps(_signed_then_edited()), "its content does not match its sha256"),
     ('{"dtypes": {"fp32": {"per_unit_s": "x"}}}', "could not convert string to float: 'x'"),
     (json.dumps({"dtypes": {"fp32": {**FRAMEWORK["dtypes"]["fp32"], "per_unit_s": -1}}}), "per_unit_s -1.0"),
     (json.dumps({"dtypes": {"fp32": {**FRAMEWORK["dtypes"]["fp32"], "compute_scale": 1e6}}}),

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmperf_hook.predict.cpu_framework import digest_problem
 from llmperf_hook.profile import local_hardware
 from llmperf_hook.profile.budget import plan_budget
 from llmperf_hook.profile.build_profile import Samples
@@ -120,7 +121,9 @@ def test_only_the_changed_dtype_is_removed(home: Path) -> None:
     _fit({**_gemm(12), **_gemm(9, "bf16")})
     path = _framework_file(home, ("bf16", "fp32"))
     result = _fit({**_gemm(12), **_gemm(16, "bf16")}, measured=7)
-    assert list(json.loads(path.read_text())["dtypes"]) == ["fp32"]
+    doc = json.loads(path.read_text())
+    assert list(doc["dtypes"]) == ["fp32"]
+    assert "sha256" in doc and digest_problem(doc) is None  # signed anew: predict reads what is left
     note = _note(result, "framework cost of bf16 removed")
     assert f"removed from {path}, kept for fp32" in note and "bf16 (gemm/fwd 9 -> 16 samples)" in note, note
 
@@ -133,3 +136,46 @@ def test_a_fit_another_run_replaced_is_said(home: Path) -> None:
     _fit(_gemm(20), measured=8)  # another profile of the same name, at the same time
     note = replaced_note(first)
     assert note and "now holds another run's fit, written after this one" in note, note
+
+
+TERMS = {"per_unit_s": 2e-5, "compute_scale": 1.2, "optimizer_per_tensor_s": 1e-5, "optimizer_per_param_s": 1e-9}
+"""The terms predict reads of a dtype's entry (a real file takes a 3-minute --budget)."""
+
+
+def _reference_file(home: Path, scale: float) -> Path:
+    """A framework file whose fp32 cost was measured against a prediction of a reference step `scale` x what the
+    profile's regressors predict of it now (1: the same regressors)."""
+    from llmperf_hook.predict.cpu_framework import with_digest
+    from llmperf_hook.profile.cpu_framework import REFERENCE_SHAPES, predicted_parts
+
+    shape = REFERENCE_SHAPES[0]
+    row = {"shape": list(shape), "predicted_compute_s": scale * predicted_parts(shape, "fp32", NAME)["compute_s"]}
+    path = home / "profiles" / NAME / "framework_overhead.json"
+    path.write_text(json.dumps(with_digest({"format": "llmperf-cpu-framework-overhead",
+                                            "dtypes": {"fp32": {**TERMS, "samples": [row]}}})))
+    return path
+
+
+def test_regressors_that_predict_its_reference_steps_otherwise_remove_it(home: Path) -> None:
+    """Equal sample sets do not make equal regressors (another LightGBM, other fitting code): the cost is kept only
+    while the refitted regressors predict the reference steps it was measured on as before."""
+    _fit(_gemm(12))
+    path = _reference_file(home, 1.0)
+    assert "and predict its reference steps as before" in _note(_fit(_gemm(12)), "framework cost kept")
+    assert path.is_file()
+    _reference_file(home, 1.1)  # measured against regressors that predicted this step 10 % higher
+    note = _note(_fit(_gemm(12)), "framework cost removed")
+    assert not path.exists()
+    assert "fp32 (the refitted regressors predict its reference step 1x128x128x2 -9.1 % off" in note, note
+
+
+def test_an_edited_framework_file_is_removed_not_kept(home: Path) -> None:
+    """predict refuses a file whose digest does not match; a refit neither keeps it nor re-signs it."""
+    _fit(_gemm(12))
+    path = _reference_file(home, 1.0)
+    doc = json.loads(path.read_text())
+    doc["dtypes"]["fp32"]["compute_scale"] = 1.9
+    path.write_text(json.dumps(doc))
+    note = _note(_fit(_gemm(12)), "framework cost removed")
+    assert not path.exists()
+    assert "its content does not match its sha256" in note, note

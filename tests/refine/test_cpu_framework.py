@@ -119,3 +119,25 @@ def test_param_tensor_count_matches_the_torch_module() -> None:
                            "--num-attention-heads", "2", "--seq-length", "32", "--max-position-embeddings", "32",
                            "--micro-batch-size", "1", "--vocab-size", "256"], {})[1]
         assert optimizer_param_tensors(cfg, 0, layers) == len(list(_gpt(layers, 64, 32).parameters()))
+
+
+def test_an_edited_framework_file_is_refused_by_its_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer signs the file (with_digest); compute_scale 1.0 -> 1.9, within what the writer produces (and so
+    past _checked), changed every CPU prediction without a word. A file without the digest (written before it)
+    is read as it is."""
+    from llmperf_hook.errors import ProfileError
+    from llmperf_hook.predict.cpu_framework import digest_problem, with_digest
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    for name, edit in (("unsigned", None), ("signed", {}), ("edited", {"compute_scale": 1.9})):
+        path = _home_with_cost(tmp_path, name) / "profiles" / name / FILE_NAME
+        if edit is not None:
+            doc = with_digest(json.loads(path.read_text()))
+            assert digest_problem(doc) is None and digest_problem(json.loads(json.dumps(doc))) is None
+            doc["dtypes"]["fp32"].update(edit)
+            path.write_text(json.dumps(doc, indent=1))
+        if name == "edited":
+            with pytest.raises(ProfileError, match="does not match its sha256 .*--budget 4 --name edited"):
+                find_cpu_framework_cost(name, "fp32")
+        else:
+            assert find_cpu_framework_cost(name, "fp32").compute_scale == 1.0

@@ -3,6 +3,7 @@ one, and bench_hook_overhead.py's loop measures the hook in process CPU time."""
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from pathlib import Path
@@ -67,3 +68,17 @@ def test_a_file_that_is_no_framework_cost_file_exits_2_before_any_prediction(tmp
     done = subprocess.run([sys.executable, str(BENCH / "testbed_refit.py"), str(bad), "--home", str(tmp_path),
                            "--records"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_home_with_other_terms_is_signed_anew(tmp_path: Path) -> None:
+    """The files `llmperf profile` writes are signed (predict refuses one whose digest does not match): the homes this
+    tool builds hold a signed file's doc with other terms, which must be signed again, not carry the old digest."""
+    from llmperf_hook.predict.cpu_framework import digest_problem, with_digest
+
+    home = tmp_path / "home"
+    for part in ("hardware", "clusters", f"profiles/{refit.CLUSTER}"):
+        (home / part).mkdir(parents=True)
+    signed = with_digest({"dtypes": {"fp32": {"per_unit_s": 1e-5}}})
+    doc = refit.with_terms(signed, {"fp32": {"per_unit_s": 2e-5}})
+    written = refit.home_with(home, doc, tmp_path / "eval") / "profiles" / refit.CLUSTER / "framework_overhead.json"
+    assert digest_problem(doc) and digest_problem(json.loads(written.read_text())) is None
