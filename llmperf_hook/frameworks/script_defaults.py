@@ -49,10 +49,24 @@ def own_parser_default(script: str, option: str, exact: bool = False) -> ScriptD
                    key=lambda node: (node.lineno, node.col_offset))  # the order the parser-building code runs them
     if exact and not any(option in _option_strings(call) for call in calls if call.func.attr == "add_argument"):
         return ScriptDefault(False, None, True)
-    return _namespace_default(calls, dest)
+    return _namespace_default(calls, dest, _enclosing_functions(tree))
 
 
-def _namespace_default(calls: list[ast.Call], dest: str) -> ScriptDefault:
+def _enclosing_functions(tree: ast.AST) -> dict[int, int]:
+    """The id of the innermost function around each call of `tree` (0: none): `parser` in two functions is two
+    parsers (`def train_args(): parser = ArgumentParser()` and `def eval_args(): parser = ...`)."""
+    found: dict[int, int] = {}
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, function = stack.pop()
+        if isinstance(node, ast.Call):
+            found[id(node)] = function
+        inner = id(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else function
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return found
+
+
+def _namespace_default(calls: list[ast.Call], dest: str, functions: dict[int, int]) -> ScriptDefault:
     """What `parse_args` leaves in `dest` when the command gives none of its options, from the parser's
     `add_argument` / `set_defaults` calls in source order (Lib/argparse.py, CPython 3.11): an option's dest is its
     `dest=`, else its first long option string without the dashes, `-` made `_` (_get_optional_kwargs);
@@ -61,10 +75,12 @@ def _namespace_default(calls: list[ast.Call], dest: str) -> ScriptDefault:
     that value where no option stores it (parse_known_args: 'add any parser defaults that aren't present'); of two
     options with one dest, the first added sets it (parse_known_args sets an action's default only where the
     namespace has none yet). Options of that dest that two parsers of the file (entry points, told apart by the
-    object each is added to) state apart: which parses the job, only running tells (literal False)."""
+    object each is added to and the function that adds it, `functions`) state apart: which parses the job, only
+    running tells (literal False). `set_defaults` is applied file-wide: an argument group, or a helper given the
+    parser (`def add_args(parser)`), adds to the parser that calls it, which the source does not say."""
     parser_default: ast.expr | None = None
     actions: list[list[ast.expr | None]] = []  # each option's default node (None: argparse's None) and its type
-    parsers: set[str] = set()
+    parsers: set[tuple[int, str]] = set()  # (the function around it, the object it is added to)
     for call in calls:
         keywords = {kw.arg: kw.value for kw in call.keywords}
         if call.func.attr == "set_defaults":
@@ -76,7 +92,7 @@ def _namespace_default(calls: list[ast.Call], dest: str) -> ScriptDefault:
         options = _option_strings(call)
         if options and options[0].startswith("-") and _dest(options, keywords.get("dest")) == dest:
             actions.append([keywords["default"] if "default" in keywords else parser_default, keywords.get("type")])
-            parsers.add(ast.unparse(call.func.value))  # type: ignore[attr-defined]
+            parsers.add((functions.get(id(call), 0), ast.unparse(call.func.value)))  # type: ignore[attr-defined]
     if not actions:
         return ScriptDefault(False, *_literal(parser_default, None)) if parser_default is not None else \
             ScriptDefault(False, None, True)

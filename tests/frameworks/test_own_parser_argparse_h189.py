@@ -73,3 +73,22 @@ def test_a_set_defaults_value_is_priced(tmp_path: Path) -> None:
                       "type=int, default=-1)\np.set_defaults(vocab_size=50304)\n")
     cfg = _cfg(tmp_path, script)
     assert cfg.model.max_position_embeddings == 2048 and cfg.model.vocab_size == 50304
+
+
+TWO_ENTRY_POINTS = ("def train_args():\n    parser = argparse.ArgumentParser()\n"
+                    "    parser.add_argument('--max-position-embeddings', type=int, default={train})\n"
+                    "    return parser\n\n\ndef eval_args():\n    parser = argparse.ArgumentParser()\n"
+                    "    parser.add_argument('--max-position-embeddings', type=int, default={eval})\n"
+                    "    return parser\n")
+
+
+@pytest.mark.parametrize(("train", "evaluate", "value"), [(512, 128, None), (512, 512, 512)])
+def test_parsers_of_two_functions_are_two_parsers(train: int, evaluate: int, value: int | None,
+                                                  tmp_path: Path) -> None:
+    """R68: two functions that each build a `parser` (one script, two entry points) are two parsers, even under one
+    variable name: where they state the default apart, which parses the job only running tells (not the first
+    in the file); where they agree, that value."""
+    script = tmp_path / "train.py"
+    script.write_text(PARSER + TWO_ENTRY_POINTS.format(train=train, eval=evaluate))
+    own = own_parser_default(str(script), "--max-position-embeddings")
+    assert own is not None and own.defined and own.value == value and own.literal == (value is not None)
