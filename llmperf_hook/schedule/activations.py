@@ -338,6 +338,20 @@ def embedding_activation_bytes(cfg: TrainingConfig) -> float:
     return hidden_mask_bytes(cfg) * sb * m.hidden_size / (p.tp if p.sequence_parallel else 1) + TOKEN_ID_BYTES * sb
 
 
+SCRIPT_FRAMEWORKS = frozenset({"deepspeed", "hf-deepspeed", "torch"})
+"""TrainingConfig.framework of a script that is not Megatron's (frameworks/resolve.py): its network, loss and
+training loop are transformers' or the user's own."""
+
+
+def torch_script_model(cfg: TrainingConfig) -> bool:
+    """Whether the network, its loss and its training loop are a torch script's (torch.nn layers, torch's
+    F.cross_entropy, torch.optim or DeepSpeed's engine), not Megatron's: TrainingConfig.torch_linear_layers, or a
+    framework of SCRIPT_FRAMEWORKS. torch_linear_layers alone says whether ZeRO-3 splits the linears' bias, and is
+    False for scripts whose loss is still torch's: GPT-2's Conv1D models, memory_efficient_linear false, a DeepSpeed
+    release before 0.19.4 with the model built outside zero.Init."""
+    return cfg.torch_linear_layers or cfg.framework in SCRIPT_FRAMEWORKS
+
+
 def output_activation_bytes(cfg: TrainingConfig) -> float:
     """Last stage, one micro-batch: final norm, output projection and fp32 cross-entropy, 4sbh/t (1 + v/h)
     (paper Sec. 4.2.3), with v the padded vocabulary, plus the 16-bit logits, alive beside their fp32 copy while
@@ -349,12 +363,12 @@ def output_activation_bytes(cfg: TrainingConfig) -> float:
     (with --cross-entropy-loss-fusion) runs Transformer Engine's parallel_cross_entropy on the logits as they are: it
     works in fp32 inside its Triton kernel, saves only the logits and per-token statistics (cross_entropy.py
     CrossEntropyFunction: ctx.save_for_backward(_input, target, m_d_X_y)) and writes the gradient into them, so the
-    fp32 copy's 4sbv/t is not held. A script built from torch.nn layers runs torch's loss instead:
+    fp32 copy's 4sbv/t is not held. A torch script (torch_script_model) runs torch's loss instead:
     torch_cross_entropy_bytes."""
     m, p = cfg.model, cfg.parallel
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
     v_h = m.padded_vocab_size / m.hidden_size
-    if cfg.torch_linear_layers:
+    if torch_script_model(cfg):
         return torch_cross_entropy_bytes(cfg)
     if cfg.cross_entropy_fusion_impl == "te" and "megatron" in cfg.framework:
         return sbh / p.tp * (4 + act_bytes(cfg) * v_h)
@@ -371,8 +385,8 @@ host_softmax_backward: gI = at::empty_like(grad)) while both are alive."""
 
 
 def torch_cross_entropy_bytes(cfg: TrainingConfig) -> float:
-    """Last stage, one micro-batch, of a script built from torch.nn layers (TrainingConfig.torch_linear_layers: the
-    transformers models, and scripts taking Megatron-style flags such as the CPU testbed's train_gpt.py), whose loss
+    """Last stage, one micro-batch, of a torch script (torch_script_model: the transformers models, and scripts taking
+    Megatron-style flags such as the CPU testbed's train_gpt.py), whose loss
     is torch.nn.functional.cross_entropy on fp32 logits (torch/nn/functional.py cross_entropy ->
     torch._C._nn.cross_entropy_loss = nll_loss(log_softmax(x)), aten LossNLL.cpp cross_entropy_loss; transformers
     ForCausalLMLoss and the testbed call it on logits.float()): the final norm's input and the LM head's input
@@ -380,7 +394,9 @@ def torch_cross_entropy_bytes(cfg: TrainingConfig) -> float:
     forward holds less at its peak (16-bit logits 2 + their fp32 copy 4 + the log-softmax output 4 = 10, fp32: 4 + 4),
     and the 16-bit logits are freed when it returns (ToCopyBackward saves no tensor). Measured: the fp32 run h08
     (measurements/h200-sxm-141gb-2026-11-28) allocates 9.17 GiB, 9.10 by this count; Megatron's in-place loss
-    (output_activation_bytes) would give 4 sbv/t in fp32 and left it 24 % short."""
+    (output_activation_bytes) would give 4 sbv/t in fp32 and left it 24 % short. A script that hands 16-bit logits to
+    F.cross_entropy without .float() holds the three tensors in 16 bits (log_softmax keeps the input's dtype): 6
+    sbv/t, over-counted here (the script's source is not read)."""
     m, p = cfg.model, cfg.parallel
     sb = m.seq_length / p.cp * cfg.batch.micro_batch_size
     logits = TORCH_LOSS_BACKWARD_TENSORS * FP32_BYTES * m.padded_vocab_size

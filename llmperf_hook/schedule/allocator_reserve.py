@@ -31,7 +31,7 @@ from typing import Any
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.attention_core_ops import FP32_BYTES
-from llmperf_hook.schedule.activations import TORCH_LOSS_BACKWARD_TENSORS, act_bytes
+from llmperf_hook.schedule.activations import TORCH_LOSS_BACKWARD_TENSORS, act_bytes, torch_script_model
 
 Bytes = Any
 """A byte count: a float, or a numpy array of them (one per candidate and rank in tune's surrogate_memory)."""
@@ -68,14 +68,14 @@ def allocator_reserve_bytes(allocated_peak: Bytes, backward_peak: Bytes, transie
 
 
 def loss_blocks(cfg: TrainingConfig, last_stage: bool) -> LossBlocks:
-    """The loss's blocks of one micro-batch on the last stage: torch's cross-entropy (a script of torch.nn layers,
-    activations.torch_cross_entropy_bytes) frees TORCH_LOSS_BACKWARD_TENSORS fp32 logit tensors, and on a 16-bit model
+    """The loss's blocks of one micro-batch on the last stage: torch's cross-entropy (activations.torch_script_model,
+    torch_cross_entropy_bytes) frees TORCH_LOSS_BACKWARD_TENSORS fp32 logit tensors, and on a 16-bit model
     the 16-bit logits no later tensor fits; Megatron's loss one fp32 copy. Other stages: none."""
     if not last_stage:
         return LossBlocks()
     m, p = cfg.model, cfg.parallel
     logits = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.padded_vocab_size / p.tp
-    if not cfg.torch_linear_layers:
+    if not torch_script_model(cfg):
         return LossBlocks(FP32_BYTES * logits, 1)
     sixteen_bit = act_bytes(cfg) < FP32_BYTES
     return LossBlocks(FP32_BYTES * logits, TORCH_LOSS_BACKWARD_TENSORS, act_bytes(cfg) * logits if sixteen_bit else 0.0)

@@ -26,7 +26,7 @@ Overheads (documented constants below): CUDA context and library workspaces, NCC
 communicator, DeepSpeed's bucket buffers; and the caching allocator's reserve over the allocated peak
 (allocator_fragmentation, schedule/allocator_reserve.py), which what must fit leaves out (schedule/memory_fit.py).
 Two phases: the backward (state + activations + buffers; without gradients where they are freed at every step and
-the step has one micro-batch: gradients_freed_each_step) and the optimizer step (DeepSpeed's fp32 cast of the
+the step has one micro-batch: schedule/gradient_lifetime.py) and the optimizer step (DeepSpeed's fp32 cast of the
 gradient partition, torch.optim's foreach temporaries: optimizer_step_bytes); the peak is the larger, the
 components sum to it (optimizer_step_working_set tops the backward up when the step is larger). Measured on the
 single-GPU H100/H200 runs of measurements/ (benchmarks/bench_gpu_steps.py): every run's allocated peak within 1 %.
@@ -47,6 +47,8 @@ from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.schedule import activations as act
 from llmperf_hook.schedule.allocator_reserve import (allocator_reserve_bytes, gradients_outgrow_activations,
                                                      loss_blocks)
+from llmperf_hook.schedule.gradient_lifetime import (backward_starts_without_gradients, bucket_allocated_after_loss,
+                                                     gradients_freed_each_step)
 from llmperf_hook.schedule.memory_fit import fit_verdict
 from llmperf_hook.schedule.optimizer_state import (foreach_step_temporary_bytes_per_param, optimizer_bytes_per_param,
                                                    step_temporary_bytes_per_param)
@@ -360,41 +362,6 @@ def one_peak_of_two(parts: dict[str, float]) -> dict[str, float]:
     if logits >= working:
         return {k: v for k, v in parts.items() if k not in BACKWARD_WORKING_PARTS}
     return {k: v for k, v in parts.items() if k != "logits_and_loss"}
-
-
-def gradients_freed_each_step(cfg: TrainingConfig) -> bool:
-    """Whether the rank's gradients are freed after every optimizer step and allocated again by the next backward,
-    as each layer's gradient is produced: DeepSpeed below ZeRO-3 (engine.py zero_grad: param.grad = None for a client
-    optimizer without a wrapper; stage_1_and_2.py step -> zero_grad(set_to_none=True), the contiguous partition
-    included; measured: the H100/H200 ZeRO-0/1/2 runs allocate only weights and optimizer states between steps) and a
-    script stepping torch.optim itself (Optimizer.zero_grad(set_to_none=True), torch's default since 2.0; the
-    transformers Trainer's model.zero_grad()). Not Megatron-LM (its DDP's main_grad views of a gradient buffer
-    allocated once, zeroed in place: param_and_grad_buffer.py), ZeRO-3 (stage3.py grad_partitions_flat_buffer, kept
-    for the run), Megatron FSDP's buffers, nor BF16_Optimizer's fp32 gradients (bf16_optimizer.py
-    fp32_groups_gradients_flat, allocated at init)."""
-    o = cfg.optimizer
-    if o.zero_stage >= 3 or o.fsdp == "megatron_fsdp" or runs_bf16_optimizer(cfg):
-        return False
-    return "deepspeed" in cfg.framework or cfg.torch_linear_layers
-
-
-def backward_starts_without_gradients(cfg: TrainingConfig) -> bool:
-    """The peak of the backward (the loss's backward, every activation still saved) holds no gradient: they are
-    freed at every step (gradients_freed_each_step) and the step has one micro-batch. With gradient accumulation
-    (or a pipeline's micro-batches) every backward after the first adds into the gradients of the ones before."""
-    return gradients_freed_each_step(cfg) and cfg.batch.num_microbatches <= 1
-
-
-def bucket_allocated_after_loss(cfg: TrainingConfig) -> bool:
-    """DeepSpeed ZeRO-1/2's gradient bucket (contiguous_gradients) is allocated by the first gradient hook
-    (stage_1_and_2.py process_gradients -> setup_buckets), after the loss's backward has freed its logit tensors, and
-    released at the end of the backward that reduces it (independent_gradient_partition_epilogue /
-    reduce_gradients -> _release_ipg_buffers): every micro-batch under ZeRO-2 or overlap_comm, only at the
-    accumulation boundary under ZeRO-1, whose later micro-batches start their backward with it allocated."""
-    o = cfg.optimizer
-    if "deepspeed" not in cfg.framework or o.zero_stage not in (1, 2) or not o.contiguous_gradients:
-        return False
-    return o.zero_stage == 2 or o.overlap_grad_reduce or cfg.batch.num_microbatches <= 1
 
 
 def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,

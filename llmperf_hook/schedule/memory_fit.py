@@ -11,6 +11,13 @@ large enough, so a job whose peak exceeds the GPU by less than it is "tight", no
 A job whose peak is below the GPU by less than the memory model's own error is tight too: the model's peak against
 the allocated peak (plus CUDA context) that the hook recorded on an H100 is off by MODEL_ERROR_FRACTION on average,
 and by up to -3.3 % below it (benchmarks/bench_memory_reference.py, measured table), so such a job may run out.
+
+`tune` lists a candidate by a stricter rule on the same numbers: its peak, reserve included, within (1 -
+memory_margin) of the capacity (tune/search.py evaluate; 5 % by default). A listed candidate therefore fits here and,
+with a margin of 3.7 % or more, is not tight (peak <= 0.95 x capacity < capacity / 1.038); a configuration over tune's
+margin that fits here is said to fit and is not counted out of memory (tune/infeasible.py over_margin_only). The
+hard verdict stays on the allocated bytes: the reserve is mostly whole cached segments (the loss's freed blocks, the
+step's flat buffers' own segments: schedule/allocator_reserve.py), which the retry above hands back.
 """
 
 from __future__ import annotations

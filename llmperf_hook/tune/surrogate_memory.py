@@ -32,6 +32,7 @@ from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, StageGraph
 from llmperf_hook.graph.stages import layers_per_virtual_stage
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
+from llmperf_hook.schedule import gradient_lifetime as life
 from llmperf_hook.schedule import memory as mem
 from llmperf_hook.schedule.allocator_reserve import (LossBlocks, allocator_reserve_bytes, gradients_outgrow_activations,
                                                      loss_blocks)
@@ -180,8 +181,8 @@ _STATE_FIELDS = ("stage", "state", "gradients", "buffers", "zero3_live", "zero_b
                  "no_grads_m", "lazy_bucket_1", "lazy_bucket_m", "flat_partition", "flat_a", "flat_b",
                  "weight_gradients")
 """Per rank: memory.state_bytes' sum and gradients, buffer_bytes (less the score buffer, which follows the micro-batch)
-with its ZeRO-3 live parameters and buckets, optimizer_step_bytes; memory.backward_starts_without_gradients and
-bucket_allocated_after_loss with one micro-batch (_1) and with more (_m); memory.step_flat_buffers (the contiguous
+with its ZeRO-3 live parameters and buckets, optimizer_step_bytes; gradient_lifetime.backward_starts_without_gradients
+and bucket_allocated_after_loss with one micro-batch (_1) and with more (_m); memory.step_flat_buffers (the contiguous
 partition, then up to two step buffers, 0 where absent); memory.weight_gradient_bytes."""
 
 
@@ -200,9 +201,9 @@ def _stage_terms(cfg: TrainingConfig, stage: StageGraph, cluster: ClusterSpec) -
     flats = [*step_buffers, 0.0, 0.0][:2]
     return [stage.stage, sum(state.values()), state["gradients"], fixed, buffers.get("zero3_live_params", 0.0),
             buffers.get("zero_buckets", 0.0), mem.optimizer_step_bytes(cfg, stage, gpn),
-            mem.backward_starts_without_gradients(one), mem.backward_starts_without_gradients(many),
-            mem.bucket_allocated_after_loss(one) and "zero_buckets" in buffers,
-            mem.bucket_allocated_after_loss(many) and "zero_buckets" in buffers, partition, *flats,
+            life.backward_starts_without_gradients(one), life.backward_starts_without_gradients(many),
+            life.bucket_allocated_after_loss(one) and "zero_buckets" in buffers,
+            life.bucket_allocated_after_loss(many) and "zero_buckets" in buffers, partition, *flats,
             mem.weight_gradient_bytes(cfg, stage)]
 
 

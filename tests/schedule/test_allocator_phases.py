@@ -49,6 +49,28 @@ def test_torch_loss_keeps_three_fp32_logit_tensors_in_its_backward() -> None:
     assert act.output_activation_bytes(megatron) == pytest.approx(sb * h * (4 * (1 + v / h) + 2 * v / h))
 
 
+@pytest.mark.parametrize(("framework", "torch_loss"), [
+    ("deepspeed", True), ("hf-deepspeed", True), ("torch", True),  # GPT-2's Conv1D: no torch_linear_layers
+    ("megatron-deepspeed", False), ("megatron", False),  # the entry points' vocab-parallel loss
+])
+def test_the_loss_is_torchs_in_every_script_not_megatrons(framework: str, torch_loss: bool) -> None:
+    """torch_linear_layers is False for GPT-2's Conv1D models (or memory_efficient_linear false, an old DeepSpeed
+    outside zero.Init), whose loss is still transformers' F.cross_entropy: only Megatron's own scripts run its loss."""
+    cfg = replace(_deepspeed(0), framework=framework, torch_linear_layers=False)
+    assert (act.output_activation_bytes(cfg) == act.torch_cross_entropy_bytes(cfg)) == torch_loss
+
+
+@pytest.mark.parametrize(("dp", "held"), [(1, False), (8, True)])
+def test_torch_ddp_keeps_its_gradient_buckets(dp: int, held: bool) -> None:
+    """A torch script over 8 data-parallel ranks runs torch DDP, whose Reducer allocates its flat bucket gradients
+    once (reducer.cpp initialize_buckets): the one-micro-batch backward's peak holds them; on one rank, no DDP."""
+    cfg = make_config(num_layers=4, hidden_size=1024, num_attention_heads=16, seq_length=1024, vocab_size=50304,
+                      micro_batch_size=4, dp=dp, framework="torch")
+    grads = state_bytes(cfg, build_graph(cfg, CLUSTER).stages[0], 8)["gradients"]
+    assert grads > 0 and cfg.batch.num_microbatches == 1
+    assert _components(cfg)["gradients"] == (pytest.approx(grads, abs=1) if held else 0)
+
+
 def test_gradients_freed_each_step_are_not_held_at_a_one_micro_batch_backward_peak() -> None:
     """DeepSpeed ZeRO-0 fp32 (engine.zero_grad: param.grad = None): one micro-batch's backward peak holds no
     gradient; with two micro-batches the second backward adds into the first's, so they count; Megatron's gradient
@@ -64,13 +86,16 @@ def test_gradients_freed_each_step_are_not_held_at_a_one_micro_batch_backward_pe
         state_bytes(megatron, build_graph(megatron, CLUSTER).stages[0], 8)["gradients"], abs=1)
 
 
-@pytest.mark.parametrize(("zero", "global_batch", "bucket_at_peak"), [
-    (1, 4, False),  # set up by the first gradient hook, after the loss's backward
-    (1, 8, True),   # ZeRO-1 keeps it until the accumulation boundary: the second backward starts with it
-    (2, 8, False),  # ZeRO-2 releases it after every micro-batch's reduction
+@pytest.mark.parametrize(("zero", "global_batch", "overlap", "bucket_at_peak"), [
+    (1, 4, False, False),  # set up by the first gradient hook, after the loss's backward
+    (1, 8, False, True),   # ZeRO-1 keeps it until the accumulation boundary: the second backward starts with it
+    (1, 8, True, True),    # overlap_comm too: ZeRO-1 reduces (and releases) only at the boundary
+    (2, 8, False, False),  # ZeRO-2 releases it after every micro-batch's reduction
+    (2, 8, True, False),
 ])
-def test_zero_bucket_is_allocated_after_the_loss(zero: int, global_batch: int, bucket_at_peak: bool) -> None:
-    parts = _components(_deepspeed(zero, global_batch=global_batch))
+def test_zero_bucket_is_allocated_after_the_loss(zero: int, global_batch: int, overlap: bool,
+                                                 bucket_at_peak: bool) -> None:
+    parts = _components(_deepspeed(zero, global_batch=global_batch, overlap_grad_reduce=overlap))
     assert ("zero_buckets" in parts) == bucket_at_peak
     assert parts["logits_and_loss"] > 0
 
@@ -133,3 +158,50 @@ def test_tunes_surrogate_prices_the_testbed_as_predict_does() -> None:
             "--vocab-size", "50304", "--bf16"]
     for seed in range(6):
         _check_job(argv, None, seed)
+
+
+def test_tunes_surrogate_prices_a_torch_ddp_testbed_as_predict_does() -> None:
+    """The same over torchrun (torch DDP, whose buckets keep the gradients: gradient_lifetime.torch_ddp_buckets): the
+    candidates' data-parallel degree decides it row by row."""
+    from tests.tune.test_surrogate_memory import _check_job
+
+    argv = ["torchrun", "--nproc-per-node", "8", str(ROOT / "examples" / "cpu-testbed" / "train_gpt.py"),
+            "--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
+            "--max-position-embeddings", "1024", "--micro-batch-size", "4", "--global-batch-size", "32",
+            "--vocab-size", "50304", "--bf16"]
+    for seed in range(3):
+        _check_job(argv, None, seed)
+
+
+@pytest.mark.parametrize(("capacity_at", "predict_says", "tune_lists", "tune_says_oom"), [
+    ("between", "fits, tight", False, False),  # allocated fits, the reserved peak does not: over tune's margin only
+    ("below", "DOES NOT FIT", False, True),  # even the allocated bytes do not fit
+    ("above", "fits", True, False),  # the reserved peak within tune's 95 %
+])
+def test_predict_and_tune_agree_on_a_deepspeed_job_at_the_border(capacity_at: str, predict_says: str,
+                                                                 tune_lists: bool, tune_says_oom: bool) -> None:
+    """A ZeRO-1 job, whose reserve holds the step's flat buffers in segments of their own, on a GPU whose capacity is
+    set between its allocated bytes and its reserved peak, below both, or above both: tune lists it only where
+    predict says it fits (not tight), and calls it out of memory only where predict says it does not fit."""
+    from llmperf_hook.api import predict_config
+    from llmperf_hook.schedule.memory_fit import verdict_words
+    from llmperf_hook.tune.candidate import candidate_of
+    from llmperf_hook.tune.infeasible import over_margin_only
+    from llmperf_hook.tune.search import evaluate
+
+    argv = ["deepspeed", "--num_gpus", "1", str(ROOT / "examples" / "cpu-testbed" / "train_gpt.py"),
+            "--no-pipeline-parallel", "--deepspeed_config", str(ROOT / "examples" / "cpu-testbed" / "ds_zero1.json"),
+            "--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
+            "--max-position-embeddings", "1024", "--micro-batch-size", "4", "--global-batch-size", "4",
+            "--vocab-size", "50304", "--bf16"]
+    pred = predict_command(argv, {"PATH": "/usr/bin"}, cluster="dgx-h100")
+    mem = pred.estimate.memory
+    peak, allocated = mem.peak_bytes_per_gpu, mem.peak_bytes_per_gpu - mem.fragmentation_bytes
+    assert mem.fragmentation_bytes > 0.05 * peak  # the border is wide enough to sit in
+    capacity = {"between": (peak + allocated) / 2, "below": 0.99 * allocated, "above": peak / 0.9}[capacity_at]
+    cluster = replace(pred.cluster, gpu=replace(pred.cluster.gpu, memory_capacity_bytes=int(capacity)))
+    base = candidate_of(pred.config)
+    ev = evaluate(pred.config, base, cluster, predict_config, 0.05, base)
+    assert verdict_words(ev.estimate.memory.fits, ev.estimate.memory.tight) == predict_says
+    assert ev.fits == tune_lists
+    assert (not ev.fits and not over_margin_only(ev)) == tune_says_oom
