@@ -88,6 +88,8 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     store_problem = calibration_store_problem(cluster.gpu.name, cluster.name, cfg.framework)
     if store_problem:  # a damaged store drops the calibration: said, not silent
         warnings.append(store_problem)
+    if calibrated is None:
+        warnings += calibration_elsewhere_notes(cluster, cfg.framework)
     scale, step_s = (calibrated.scale, calibrated.step_time_s) if calibrated else (1.0, step.step_time_s)
     if calibrated is not None:
         predictor["calibration"] = calibrated.predictor_note
@@ -110,6 +112,21 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     )
 
 
+def calibration_elsewhere_notes(cluster: ClusterSpec, framework: str) -> tuple[str, ...]:
+    """One line when hardware of the user's own has no calibration on `cluster` but has one under DEFAULT_CLUSTER:
+    before 28 Nov 2026 (d37bfb6a) such hardware without --cluster was assumed on DEFAULT_CLUSTER, and `llmperf
+    refine` stored its runs' calibration under that key (refine_run.calibration_key: the cluster of the prediction);
+    now the cluster `llmperf profile --comm` measured is assumed, and that calibration is no longer applied."""
+    hardware = cluster.gpu.name
+    if cluster.name == DEFAULT_CLUSTER or home_cluster(hardware) is not None \
+            or find_calibration(hardware, DEFAULT_CLUSTER, framework) is None:
+        return ()
+    return (f"{hardware} has a calibration from instrumented runs under {DEFAULT_CLUSTER} (the cluster assumed for "
+            f"it without --cluster before 28 Nov 2026), none under {cluster.name}: this prediction is uncalibrated; "
+            f"`--cluster {DEFAULT_CLUSTER}` applies the old one, and `llmperf refine` of a run on {cluster.name} "
+            f"calibrates this cluster",)
+
+
 def resolve_cluster(cluster: str | ClusterSpec | None, hardware: str | None) -> tuple[ClusterSpec, tuple[str, ...]]:
     """The cluster to predict on: given, or (with a warning) the shipped cluster of the `hardware` GPUs, else
     DEFAULT_CLUSTER; `hardware` replaces its GPU.
@@ -126,11 +143,13 @@ def resolve_cluster(cluster: str | ClusterSpec | None, hardware: str | None) -> 
         note = (f"no --cluster given: assuming {home}, the shipped cluster of {hardware} GPUs (its nodes and "
                 f"network); pass --cluster NAME|FILE for your system.")
         return load_cluster(home, hardware), (note,)
-    measured = measured_cluster(hardware) if hardware else None
+    measured = measured_clusters(hardware) if hardware else []
     if measured:
-        note = (f"no --cluster given: assuming {measured.stem}, the cluster `llmperf profile --comm` described for "
-                f"{hardware} ({measured}); pass --cluster NAME|FILE for another.")
-        return load_cluster(str(measured), hardware), (note,)
+        others = (f" (the newest of {len(measured)} for it: {', '.join(p.stem for p in measured[1:])} too)"
+                  if len(measured) > 1 else "")
+        note = (f"no --cluster given: assuming {measured[0].stem}, the cluster `llmperf profile --comm` described for "
+                f"{hardware} ({measured[0]}){others}; pass --cluster NAME|FILE for another.")
+        return load_cluster(str(measured[0]), hardware), (note,)
     note = (f"no --cluster given: assuming {DEFAULT_CLUSTER} ({'GPU ' + hardware if hardware else 'its GPUs'}, "
             f"its network); pass --cluster NAME|FILE for your system.")
     return load_cluster(DEFAULT_CLUSTER, hardware), (note,)
@@ -152,11 +171,12 @@ def home_cluster(hardware: str) -> str | None:
     return dgx[0] if dgx else names[0] if len(names) == 1 else None
 
 
-def measured_cluster(hardware: str) -> Path | None:
-    """The user's own cluster file of `hardware` ($LLMPERF_HOME/clusters/*.yaml whose `gpu:` it is, as `llmperf
-    profile --comm` writes one for the machine it measured: comm_sampler._ensure_cluster_yaml), the newest where
-    several are; None when there is none. For hardware no shipped cluster holds (a CPU or GPU profile of the user's
-    own): the measured network of that machine, not DEFAULT_CLUSTER's NVLink with the hardware swapped in."""
+def measured_clusters(hardware: str) -> list[Path]:
+    """The user's own cluster files of `hardware` ($LLMPERF_HOME/clusters/*.yaml whose `gpu:` it is, as `llmperf
+    profile --comm` writes one for the machine it measured: comm_sampler._ensure_cluster_yaml), newest first (the
+    one assumed, the others named in its note); [] when there is none. For hardware no shipped cluster holds (a CPU
+    or GPU profile of the user's own): the measured network of that machine, not DEFAULT_CLUSTER's NVLink with the
+    hardware swapped in."""
     import yaml
 
     from llmperf_hook.resources import llmperf_home
@@ -169,7 +189,7 @@ def measured_cluster(hardware: str) -> Path | None:
             continue  # an unreadable file is reported when it is named with --cluster, not here
         if isinstance(doc, dict) and str(doc.get("gpu", "")).lower() == hardware.lower():
             found.append((path.stat().st_mtime, path))
-    return max(found)[1] if found else None
+    return [path for _, path in sorted(found, reverse=True)]
 
 
 def _preset_name(name: str) -> str:
@@ -190,9 +210,23 @@ def resolve_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str
         overrides = replace(overrides, cluster_gpus_per_node=spec.host_gpus)
     job, cfg = resolve_job(list(argv), env, overrides)
     check_precision_support(cfg, spec)
-    if job.nproc_per_node > spec.host_gpus:
+    if job.nproc_per_node > spec.host_gpus and cluster is None and hardware and _measured_is_assumed(hardware):
+        notes += (f"{spec.name}'s {spec.gpus_per_node} per node are the ranks `llmperf profile --comm` ran there, "
+                  f"not what the machine holds: the job's {job.nproc_per_node} ranks per node are placed on one node "
+                  f"of it (pass --cluster NAME|FILE to place them otherwise)",)
+        spec = replace(spec, gpus_per_node=job.nproc_per_node)
+    elif job.nproc_per_node > spec.host_gpus:
         notes += (_oversubscribed_node_note(job, spec),)
     return job, cfg, spec, notes
+
+
+def _measured_is_assumed(hardware: str) -> bool:
+    """Whether resolve_cluster(None, hardware) assumed a cluster file `llmperf profile --comm` wrote (its
+    gpus_per_node is the LOCAL_WORLD_SIZE of that run: comm_sampler._ensure_cluster_yaml). A job with more ranks a
+    node was placed on nodes it never named: 4 gloo ranks on one CPU host under a file measured with 2 were priced as
+    2 nodes, with a note that their ranks had no GPU to bind."""
+    hardware = _preset_name(hardware)
+    return home_cluster(hardware) is None and bool(measured_clusters(hardware))
 
 
 def _oversubscribed_node_note(job: ParsedJob, spec: ClusterSpec) -> str:

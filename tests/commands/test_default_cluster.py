@@ -80,3 +80,55 @@ def test_user_hardware_without_a_cluster_file_keeps_the_default(tmp_path, monkey
     _home_with(tmp_path, monkeypatch, {"other-box": "other-cpu"})
     spec, notes = resolve_cluster(None, "my-cpu")
     assert spec.name == DEFAULT_CLUSTER and f"assuming {DEFAULT_CLUSTER}" in notes[0]
+
+
+def test_several_cluster_files_for_one_hardware_are_named(tmp_path, monkeypatch) -> None:
+    """Two `llmperf profile --comm` runs (other --cluster-name) for one CPU: the newest is assumed, as before, and
+    the note names the other, which was silent."""
+    import os
+
+    _home_with(tmp_path, monkeypatch, {"old-box": "my-cpu", "new-box": "my-cpu"})
+    os.utime(tmp_path / "clusters" / "old-box.yaml", (1e9, 1e9))
+    spec, notes = resolve_cluster(None, "my-cpu")
+    assert spec.name == "new-box"
+    assert "assuming new-box" in notes[0] and "(the newest of 2 for it: old-box too)" in notes[0], notes
+
+
+GPT4 = ["torchrun", "--nproc-per-node", "4", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "128",
+        "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
+        "--micro-batch-size", "2", "--global-batch-size", "8", "--vocab-size", "1000"]
+
+
+def test_more_ranks_than_profile_comm_ran_stay_on_one_node(tmp_path, monkeypatch) -> None:
+    """The file's gpus_per_node (2) is the ranks the comm profile ran, not what the machine holds: 4 ranks on one
+    host were placed on 2 nodes, with a note that ranks 2-3 had no GPU to bind. Named with --cluster, the file is the
+    user's word: placed as written, and said."""
+    from llmperf_hook.api import resolve_command
+
+    _home_with(tmp_path, monkeypatch, {"my-box": "my-cpu"})
+    job, _, spec, notes = resolve_command(GPT4, {}, hardware="my-cpu")
+    assert (job.nnodes, spec.name, spec.gpus_per_node) == (1, "my-box", 4)
+    assert "the job's 4 ranks per node are placed on one node of it" in notes[-1], notes
+    assert not any("no GPU to bind" in n for n in notes), notes
+    _, _, named, notes = resolve_command(GPT4, {}, cluster="my-box", hardware="my-cpu")
+    assert named.gpus_per_node == 2 and "no GPU to bind" in notes[-1], notes
+
+
+def test_a_calibration_left_under_the_old_default_is_said(tmp_path, monkeypatch) -> None:
+    """Before d37bfb6a such hardware was assumed on dgx-h100 and refine stored its calibration under that key; on the
+    measured cluster it is no longer found, which nothing said."""
+    from llmperf_hook.api import predict_command
+    from llmperf_hook.refine import observation_store as store
+    from llmperf_hook.refine.calibration import Calibration
+
+    _home_with(tmp_path, monkeypatch, {"my-box": "my-cpu"})
+    gpt2 = ["torchrun", "--nproc-per-node", "2", *GPT4[3:]]
+    assert not any("has a calibration" in w for w in predict_command(gpt2, {}, hardware="my-cpu").estimate.warnings)
+    conn = store.connect()
+    store.save_calibration(conn, Calibration("my-cpu", DEFAULT_CLUSTER, "megatron", 1.25, 4, 0.002))
+    conn.close()
+    pred = predict_command(gpt2, {}, hardware="my-cpu")
+    note = next(w for w in pred.estimate.warnings if "has a calibration" in w)
+    assert f"under {DEFAULT_CLUSTER} (the cluster assumed for it without --cluster before" in note, note
+    assert "none under my-box: this prediction is uncalibrated" in note, note
+    assert pred.estimate.calibration_scale == 1.0
