@@ -48,10 +48,11 @@ def deepspeed_no_ssh_id(argv: Sequence[str]) -> SharedId | None:
 
 def torchrun_rendezvous_id(argv: Sequence[str], env: Mapping[str, str]) -> SharedId | None:
     """A multi-node torchrun run on every node without --rdzv-id (torch/distributed/run.py; each option falls back to
-    its PET_<NAME> variable): with the default static rendezvous (`--node-rank R`) every node is given node 0's
-    --master-addr/--master-port (defaults 127.0.0.1, 29500), where it listens for the whole job; with c10d or etcd
-    the nodes meet at --rdzv-endpoint under the run id "none", one rendezvous for every agent that comes there (so
-    one job, also on one host). None for one node, --standalone, or no address."""
+    its PET_<NAME> variable): with the default static rendezvous every node is given its --node-rank (default 0:
+    node 0 often leaves it out) and node 0's address, where it listens for the whole job: --rdzv-endpoint where one
+    is given, else --master-addr:--master-port (defaults 127.0.0.1, 29500; run.py get_rdzv_endpoint); with c10d or
+    etcd the nodes meet at --rdzv-endpoint under the run id "none", one rendezvous for every agent that comes there
+    (so one job, also on one host). None for one node, --standalone, or no address."""
     start = next((i + 1 for i, word in enumerate(argv[:3]) if os.path.basename(word) == "torchrun"), None)
     if start is None and list(argv[1:3]) == ["-m", "torch.distributed.run"]:
         start = 3
@@ -65,15 +66,15 @@ def torchrun_rendezvous_id(argv: Sequence[str], env: Mapping[str, str]) -> Share
     def value(dest: str, default: str = "") -> str:
         return values.get(dest) or env.get(f"PET_{dest.upper()}", "") or default
 
-    backend = value("rdzv_backend", "static")
+    backend, endpoint = value("rdzv_backend", "static"), value("rdzv_endpoint")
     if "standalone" in values or value("nnodes", "1") in ("1", "1:1"):
         return None
     if backend != "static":
-        endpoint = value("rdzv_endpoint")
         return SharedId(f"torchrun-{_safe(endpoint)}", f"torchrun's {backend} rendezvous: --rdzv-endpoint {endpoint} "
                         "(command, or its PET_ variables), run id none", True) if endpoint else None
-    if not value("node_rank"):
-        return None
+    if endpoint:  # the static rendezvous' address in place of --master-addr/--master-port (run.py get_rdzv_endpoint)
+        return SharedId(f"torchrun-{_safe(endpoint)}", f"torchrun's static rendezvous: --rdzv-endpoint {endpoint} "
+                        "(command, or its PET_ variables), the nodes' rendezvous")
     addr, port = value("master_addr", "127.0.0.1"), value("master_port", "29500")
     return SharedId(f"torchrun-{_safe(addr)}-{_safe(port)}",
                     f"torchrun's static rendezvous: --master-addr {addr}, --master-port {port} (command, or its PET_ "

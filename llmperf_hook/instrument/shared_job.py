@@ -33,8 +33,12 @@ stops counting as running after STALE_AFTER_S instead of forever; `session_state
 Claims (job_ids/<id>) are removed by `release_claims` only when provably finished: the claimed run directory's job
 folder is readable here and every session in it ended (as above), or that run directory is gone from this, the
 claim's host; and then either the store holds the job's refined run from that run directory (its row keeps the id
-held, as the claim did) or the claim is older than CLAIM_KEEP_S. A claim of another host's node-local run directory
-(not readable here) is never removed, nor one whose job has a session still running.
+held, as the claim did: _held_elsewhere counts a store row whatever run directory it names) or the job's folder is
+gone (nothing is left to refine). An unrefined job's claim stays while its records can still be refined: without
+it the next launch at the same rendezvous address took the id, and `llmperf refine` of the earlier run directory
+then replaced that job's run in the store (INSERT OR REPLACE keyed on refine_runs.job_id), or the reverse. A claim
+of another host's node-local run directory (not readable here) is never removed, nor one whose job has a session
+still running.
 """
 
 from __future__ import annotations
@@ -65,9 +69,6 @@ STALE_AFTER_S = 600.0
 """A session of another host without its end record that has not touched its node file for this long is ended
 (crashed, killed, or its node lost): ten heartbeats, well above an NFS client's attribute cache (acregmax 60 s by
 default, nfs(5)) and a hung mount's minute."""
-CLAIM_KEEP_S = 7 * 24 * 3600.0
-"""A finished job's claim that no refined run in the store replaces is kept this long (for a `llmperf refine DIR`
-by hand later; scheduler ids do not come back within a week)."""
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,9 @@ def _filesystem_now(jobs_dir: Path) -> float:
 
 def heartbeat(node_file: Path, every_s: float = HEARTBEAT_S) -> Callable[[], None]:
     """Touch `node_file` every `every_s` from a daemon thread while the job runs (so other hosts see this session
-    alive, _state); returns the function that stops it. Best effort: a failed touch is tried again next time."""
+    alive, _state); returns the function that stops it. Best effort: a failed touch is tried again next time, and
+    where no thread can be started (a process limit) the job runs without it (other hosts count this session ended
+    after STALE_AFTER_S; refine says so)."""
     import threading
 
     stop = threading.Event()
@@ -261,7 +264,10 @@ def heartbeat(node_file: Path, every_s: float = HEARTBEAT_S) -> Callable[[], Non
             except OSError:
                 pass
 
-    threading.Thread(target=beat, name="llmperf-heartbeat", daemon=True).start()
+    try:
+        threading.Thread(target=beat, name="llmperf-heartbeat", daemon=True).start()
+    except RuntimeError:  # "can't start new thread"
+        pass
     return stop.set
 
 
@@ -272,10 +278,14 @@ def _can_join(job_dir: Path, command: Mapping[str, Any], part: str | None) -> bo
 
 
 def _held_elsewhere(job_id: str, run_dir: Path, store_file: Path | None) -> bool:
-    """Whether another run directory has `job_id`: the store holds a refined run of it from there, or a session
-    there claimed it (best effort). A claim is a file job_ids/<id> beside the store naming its run directory,
-    created once (O_EXCL): two jobs of one allocation started into two run directories at once both took
-    `slurm-N`, and the second one's refine replaced the first one's run in the store (refine_runs' key)."""
+    """Whether an earlier job has `job_id`, which `run_dir` holds no folder of (start_or_join): the store holds a
+    refined run of it, from another run directory or from this one's path (its folder gone since: a removed run
+    directory, a node-local /tmp/x cleaned, or another host's /tmp/x of that path; launch-derived ids such as
+    `deepspeed-<addr>-<port>` come back with every launch), or a session elsewhere claimed it (best effort). Taking
+    it would make this job's refine replace that run (refine_runs' key is the job id). A claim is a file
+    job_ids/<id> beside the store naming its run directory, created once (O_EXCL): two jobs of one allocation
+    started into two run directories at once both took `slurm-N`, and the second one's refine replaced the first
+    one's run in the store."""
     import sqlite3
 
     try:
@@ -285,8 +295,8 @@ def _held_elsewhere(job_id: str, run_dir: Path, store_file: Path | None) -> bool
             store_file = default_store_path()
         if store_file.is_file():
             with closing(sqlite3.connect(f"file:{store_file}?mode=ro", uri=True, timeout=5)) as conn:
-                row = conn.execute("SELECT run_dir FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()
-            if row is not None and str(row[0]) != str(run_dir):
+                row = conn.execute("SELECT 1 FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is not None:
                 return True
         return _claimed_elsewhere(store_file.parent / "job_ids" / job_id, run_dir)
     except (sqlite3.Error, OSError, ImportError):
@@ -390,9 +400,9 @@ def release_claims(store_file: Path | None = None, now_s: float | None = None) -
     for claim in claims:
         try:
             host, _, run_dir = claim.read_text().strip().partition(":")
-            age_s = now_s - claim.stat().st_mtime
-            if _claim_finished(claim.name, host, Path(run_dir), age_s) and (
-                    age_s > CLAIM_KEEP_S or _refined_from(store_file, claim.name, run_dir)):
+            job_dir = Path(run_dir) / "jobs" / claim.name
+            if _claim_finished(claim.name, host, Path(run_dir), now_s - claim.stat().st_mtime) and (
+                    not job_dir.exists() or _refined_from(store_file, claim.name, run_dir)):
                 claim.unlink()
                 released.append(claim.name)
         except (OSError, ValueError, sqlite3.Error):

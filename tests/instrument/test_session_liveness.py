@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import time
 from pathlib import Path
 
-from llmperf_hook.instrument.shared_job import (CLAIM_KEEP_S, STALE_AFTER_S, SharedId, end_node, heartbeat,
-                                                 release_claims, session_states, shared_job_id, start_or_join)
+from llmperf_hook.instrument.shared_job import (STALE_AFTER_S, SharedId, end_node, heartbeat, release_claims,
+                                                 session_states, shared_job_id, start_or_join)
 from llmperf_hook.refine.refine_run import session_notes
 
 SETTINGS = {"steps": 5, "profile_ops": 0, "stop_after": None}
 NODE = ["torchrun", "--nnodes", "2", "--node-rank", "0", "--master-addr", "n1", "train.py"]
 OTHER = ["torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "n1", "train.py"]
 SHARED = SharedId("slurm-4242", "test")
+MONTH_S = 30 * 24 * 3600.0
 
 
 def _as_other_host(node_file: Path, silent_s: float) -> None:
@@ -74,6 +76,17 @@ def test_a_running_session_keeps_its_node_file_fresh(tmp_path: Path) -> None:
     finally:
         stop()
     assert node_file.stat().st_mtime > time.time() - 60
+
+
+def test_a_heartbeat_without_a_thread_leaves_the_job_alone(tmp_path: Path, monkeypatch) -> None:
+    """`llmperf run` starts the heartbeat just before it launches the job: a process out of threads must still run
+    the job (the hook and launcher never break it), not stop with a traceback."""
+    import threading
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    heartbeat(tmp_path / "node.json", every_s=0.01)()
 
 
 def test_a_killed_session_of_this_host_is_said_ended_by_refine(tmp_path: Path) -> None:
@@ -135,8 +148,8 @@ def _age(path: Path, seconds: float) -> None:
 
 def test_claims_are_removed_only_when_their_job_provably_finished(tmp_path: Path) -> None:
     """The rule (shared_job module docstring): the claimed job's sessions all ended, and the store holds its refined
-    run from that run directory or the claim is older than CLAIM_KEEP_S; never a running job's, never one whose run
-    directory cannot be read here."""
+    run from that run directory or its folder is gone; never a running job's, never one whose run directory cannot be
+    read here, never an unrefined job's whose records are still there, however old (test below)."""
     home = tmp_path / "home"
     store, claims = home / "store.sqlite", home / "job_ids"
 
@@ -153,16 +166,50 @@ def test_claims_are_removed_only_when_their_job_provably_finished(tmp_path: Path
     job("gone", "gone")
     for name in ("refined", "running", "gone"):
         _store_with(store, name, tmp_path / ("gone" if name == "gone" else "a"))
-    _age(claims / "old", CLAIM_KEEP_S + 60)
-    _age(claims / "running", CLAIM_KEEP_S + 60)
-    import shutil
-
+    _age(claims / "old", MONTH_S)
+    _age(claims / "running", MONTH_S)
     shutil.rmtree(tmp_path / "gone")
     _age(claims / "gone", STALE_AFTER_S + 60)
     (claims / "node-local").write_text(f"other-node:{tmp_path / 'a'}\n")  # its /tmp/x, not this host's
-    _age(claims / "node-local", CLAIM_KEEP_S + 60)
-    assert sorted(release_claims(store)) == ["gone", "old", "refined"]
-    assert sorted(p.name for p in claims.iterdir()) == ["node-local", "running", "unrefined"]
+    _age(claims / "node-local", MONTH_S)
+    assert sorted(release_claims(store)) == ["gone", "refined"]
+    assert sorted(p.name for p in claims.iterdir()) == ["node-local", "old", "running", "unrefined"]
+
+
+NO_SSH_NODE0 = _ds("--no_ssh", "--master_addr", "10.0.0.1", "--node_rank", "0")
+
+
+def test_an_id_whose_claim_was_released_is_not_taken_again_by_a_later_launch(tmp_path: Path, monkeypatch) -> None:
+    """Adversarial (R67's data loss, session 21): another host ran `deepspeed --no_ssh ...` into its node-local
+    /tmp/x, refined it (the store row names /tmp/x) and released its claim. This host's next launch at the same
+    master address, into its own /tmp/x (no such job folder), took `deepspeed-10.0.0.1-29500` again, and its refine
+    would replace that run in the store (INSERT OR REPLACE keyed on the job id). Also a run directory removed since.
+    A store row holds its id whatever run directory it names."""
+    home, run = tmp_path / "home", tmp_path / "x"
+    store, shared = home / "store.sqlite", shared_job_id({}, NO_SSH_NODE0)
+    monkeypatch.setattr(socket, "gethostname", lambda: "other-node")
+    theirs = start_or_join(run, "own-1", shared, NO_SSH_NODE0, {}, SETTINGS, store)
+    end_node(theirs, 0)
+    _store_with(store, theirs.job_id, run)  # their refine
+    assert release_claims(store) == [shared.base]
+    monkeypatch.undo()
+    shutil.rmtree(run)  # this host's /tmp/x is another folder
+    mine = start_or_join(run, "own-2", shared, NO_SSH_NODE0, {}, SETTINGS, store)
+    assert mine.job_id == f"{shared.base}-2"
+
+
+def test_an_unrefined_jobs_claim_stays_while_its_records_can_be_refined(tmp_path: Path) -> None:
+    """Adversarial: a launch ended unrefined in run directory a (its llmperf run killed, or no store then). With its
+    claim removed after a week, the next launch at the same master address into run directory b took its id, and
+    `llmperf refine a` then replaced b's refined run in the store (or b's refine a's). Its claim stays until the store
+    holds it or its folder is gone, however old."""
+    home = tmp_path / "home"
+    store, shared = home / "store.sqlite", shared_job_id({}, NO_SSH_NODE0)
+    end_node(start_or_join(tmp_path / "a", "own-1", shared, NO_SSH_NODE0, {}, SETTINGS, store), 0)
+    _age(home / "job_ids" / shared.base, MONTH_S)
+    assert release_claims(store) == []
+    later = start_or_join(tmp_path / "b", "own-2", shared, NO_SSH_NODE0, {}, SETTINGS, store)
+    assert later.job_id == f"{shared.base}-2"
 
 
 def test_another_hosts_claim_in_a_shared_run_directory_is_judged_by_its_sessions(tmp_path: Path) -> None:
@@ -196,4 +243,9 @@ def test_torchrun_nodes_share_their_rendezvous_address() -> None:
     assert shared_job_id({"PET_RDZV_ID": "r7"}, c10d).base == "torchrun-r7"  # run.py reads --rdzv-id from there too
     assert shared_job_id({}, ["torchrun", "--standalone", "--nnodes", "1", "t.py"]) is None
     assert shared_job_id({}, ["torchrun", "--nnodes", "1", "--node-rank", "0", "t.py"]) is None
-    assert shared_job_id({}, ["torchrun", "--nnodes", "2", "t.py", "--node-rank", "1"]) is None  # the script's own
+    static = ["torchrun", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "h:1234", "t.py"]
+    assert shared_job_id({}, static).base == "torchrun-h_1234"  # run.py get_rdzv_endpoint: it replaces master addr
+    node0 = shared_job_id({}, ["torchrun", "--nnodes", "2", "--master-addr", "n1", "t.py"])  # --node-rank default 0
+    assert node0.base == "torchrun-n1-29500" and not node0.rendezvous  # the node rank (or host) tells nodes apart
+    assert shared_job_id({}, ["torchrun", "--nnodes", "2", "t.py", "--master-addr", "x"]).base == \
+        "torchrun-127.0.0.1-29500"  # the script's own option is not torchrun's
