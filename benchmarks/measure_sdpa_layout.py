@@ -13,13 +13,16 @@ view(b, s, h, d).transpose(1, 2)), and its gradient arrives through out.transpos
 
 Per shape (the hold-out jobs' attention) and layout it prints the backend torch picks (torch._fused_sdp_choice:
 torch.nn.attention.SDPBackend's values) and the median forward and backward times (CUDA events), so the sampler's
-layout can be matched to the jobs' if it is the cause.
+layout can be matched to the jobs' if it is the cause. The times are CUDA events around the whole call (forward, or
+autograd.grad: any copy the strided gradient needs is in it), while the jobs' kernel tables give the attention ops'
+own kernels (profiler self time): compare the two layouts with each other, not with the tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from typing import Any, Callable
 
 SHAPES = {"h04": (2, 20, 2048, 128), "h05": (8, 8, 2048, 128), "h06": (2, 40, 2048, 128)}
@@ -79,6 +82,10 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("no CUDA device here: this check times a GPU; `--device cpu --tiny` only runs the script's code",
+              file=sys.stderr)
+        sys.exit(2)
     kw = {"device": args.device, "dtype": torch.bfloat16}
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, device {args.device}")
     print(f"{'job':4s} {'layout':8s} {'backend':>15s} {'fwd ms':>8s} {'bwd ms':>8s}")

@@ -61,7 +61,8 @@ class PhaseHost:
 
 
 def read_events(path: str) -> list[dict]:
-    raw = json.load(gzip.open(path))
+    with gzip.open(path) as f:
+        raw = json.load(f)
     return raw["traceEvents"] if isinstance(raw, dict) else raw
 
 
@@ -95,9 +96,16 @@ def render(path: str) -> str:
 
 def main() -> None:
     if len(sys.argv) < 2:
-        sys.exit("usage: python benchmarks/zero3_hook_host.py TRACE.json.gz [...]")
+        print("usage: python benchmarks/zero3_hook_host.py TRACE.json.gz [...]", file=sys.stderr)
+        sys.exit(2)
     for path in sys.argv[1:]:
-        print(render(path))
+        try:
+            print(render(path))
+        except (OSError, EOFError, ValueError, KeyError, IndexError) as err:  # absent, not gzip/JSON, no backward
+            print(f"{path}: not a readable profiled step ({type(err).__name__}: {err}); give the gzip-compressed "
+                  "Chrome trace of one training step that benchmarks/kernel_breakdown.py writes under KB_TRACE",
+                  file=sys.stderr)
+            sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -26,3 +26,18 @@ def test_zero3_hooks_are_host_time_between_forward_ops_and_inside_accumulate_gra
     assert zero3["backward"].calls_by_op[acc] == 244  # one per parameter tensor of the 20-layer model
     assert per_tensor["h04"] > 5 * per_tensor["h05"]  # the gradient hook (reduce / partition) runs inside it
     assert zero3["backward"].calls_by_op["PreBackwardFunctionForModuleBackward"] >= 140
+
+
+def test_a_missing_or_foreign_file_is_refused_with_exit_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    """No traceback: the path and what the script reads are named."""
+    import pytest
+
+    tool = load_script(ROOT / "benchmarks" / "zero3_hook_host.py")
+    not_a_trace = tmp_path / "table.txt"
+    not_a_trace.write_text("# wall per step 1 ms\n")
+    for path in (tmp_path / "absent.json.gz", not_a_trace):
+        monkeypatch.setattr("sys.argv", ["zero3_hook_host.py", str(path)])
+        with pytest.raises(SystemExit) as stop:
+            tool.main()
+        assert stop.value.code == 2
+        assert str(path) in capsys.readouterr().err
