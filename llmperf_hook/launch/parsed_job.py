@@ -72,6 +72,9 @@ class ParsedJob:
     elastic_min_nnodes: int | None = None
     """The fewest nodes an elastic range starts the job with (torchrun --nnodes 2:4 -> 2; `nnodes` is its maximum,
     the size predict and tune price); None: a fixed node count (or llmperf's --nnodes)."""
+    elastic_node_counts: tuple[int, ...] = ()
+    """The counts below `nnodes` a Slurm size string lets the job start at, smallest first (`-N 1,2,4` -> (1, 2));
+    empty where every count from elastic_min_nnodes up may be the one (a MIN-MAX range)."""
 
     def undecided_setting(self, options: Iterable[str]) -> tuple[str, ...]:
         """The undecided lines that may have set one of `options` (`--mock-data`), in reading order: where a rule on

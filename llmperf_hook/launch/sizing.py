@@ -59,6 +59,8 @@ class Sized:
     least: int | None = None
     """The fewest of an elastic range (torchrun --nnodes MIN:MAX), where `value` is its maximum: torchrun starts the
     job once MIN nodes joined the rendezvous (torch/distributed/run.py parse_min_max_nnodes -> min_nodes)."""
+    listed: tuple[int, ...] | None = None
+    """The counts a Slurm size string allows (`-N 1,4`), where not every one from `least` to `value`."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ def finish_job(
     else:
         world = Sized(nnodes.value * nproc.value, Source(SourceKind.DERIVED, "nnodes * nproc_per_node"))
     assert world.value is not None
+    elastic = nnodes.least is not None and nnodes.least < nnodes.value
     used.update({name: env[name] for name in PRICED_ENV if name in env})
     for name in INHERITED_ENV:  # what the launcher exported (in `used`) wins
         if name in env:
@@ -159,5 +162,6 @@ def finish_job(
         warnings=size.warnings, script_files=size.script_files, autotuning=size.autotuning, undecided=size.undecided,
         undecided_options=size.undecided_options, unknown_values=size.unknown,
         missing_arguments=size.missing_arguments,
-        elastic_min_nnodes=nnodes.least if nnodes.least is not None and nnodes.least < nnodes.value else None,
+        elastic_min_nnodes=nnodes.least if elastic else None,
+        elastic_node_counts=tuple(n for n in nnodes.listed if n < nnodes.value) if elastic and nnodes.listed else (),
     )

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
 from llmperf_hook.launch.options import Grammar, Option, scan_options
-from llmperf_hook.launch.slurm_node_count import least_of_allocation, parse_node_counts
+from llmperf_hook.launch.slurm_node_count import allocation_counts, parse_node_counts
 from llmperf_hook.launch.slurm_option_names import SRUN_ARITY
 from llmperf_hook.launch.sizing import PRICED_ENV, LaunchSize, Sized, gpus_from_env
 from llmperf_hook.provenance import Source, SourceKind
@@ -84,16 +84,17 @@ def _flag_nodes(values: Mapping[str, str], flags: Mapping[str, str], warnings: l
         raise UsageError(f"srun {flags['nodes']} {values['nodes']} must be at least 1.")
     warning = counts.warning(f"srun {flags['nodes']} {values['nodes']}", "its command line")
     warnings.extend([warning] if warning else [])
-    return Sized(counts.assumed, Source(SourceKind.LAUNCHER, flags["nodes"]), least=counts.low)
+    return Sized(counts.assumed, Source(SourceKind.LAUNCHER, flags["nodes"]), least=counts.low, listed=counts.listed)
 
 
 def _allocation_nodes(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
     """The allocation's node count for a step without -N (SLURM_NNODES), with the fewest of an sbatch --nodes=MIN-MAX
-    range (slurm_node_count.least_of_allocation) as `least`."""
+    range or size string (slurm_node_count.allocation_counts) as `least`, and the counts a size string lists."""
     nnodes = _env_int(env, ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), used)
     if nnodes is None or nnodes.value is None:
         return nnodes
-    return replace(nnodes, least=least_of_allocation(env, nnodes.value))
+    counts = allocation_counts(env, nnodes.value)
+    return nnodes if counts is None else replace(nnodes, least=counts.low, listed=counts.listed)
 
 
 def _gpus_per_node(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> Sized | None:

@@ -89,14 +89,14 @@ def _range(text: str) -> NodeCounts:
     return NodeCounts(low, high or low)
 
 
-def least_of_allocation(env: Mapping[str, str], nnodes: int) -> int | None:
-    """The fewest nodes of the allocation's `--nodes` range (NODE_RANGE_ENV) where `nnodes`, read from SLURM_NNODES,
+def allocation_counts(env: Mapping[str, str], nnodes: int) -> NodeCounts | None:
+    """The counts the allocation's `--nodes` value allows (NODE_RANGE_ENV) where `nnodes`, read from SLURM_NNODES,
     is the count llmperf assumed for it (its maximum); None otherwise (a fixed count, or SLURM_NNODES set again)."""
     try:
         counts = parse_node_counts(env.get(NODE_RANGE_ENV, ""))
     except ValueError:
         return None
-    return counts.low if counts.low < counts.high == nnodes else None
+    return counts if counts.low < counts.high == nnodes else None
 
 
 def parse_node_counts(value: str) -> NodeCounts:

@@ -4,8 +4,8 @@
 Slurm allocates "as many nodes as possible within the range specified and without delaying the initiation of the
 job" (sbatch(1) -N), so the count a step sized by the allocation gets is known only when it starts
 (launch/slurm_node_count.py: a range's MIN becomes `least`, only where the step's world follows its node count: not
-under srun -n, which fixes the tasks; a size-string list such as `1,4` is checked at every count from its first to
-its last, more than Slurm allows). tune treats it as the elastic range below.
+under srun -n, which fixes the tasks; a size string such as `1,4` or `1-15:4` gives only the counts it lists,
+ParsedJob.elastic_node_counts, and only those are checked). tune treats it as the elastic range below.
 
 torchrun reads `--nnodes 2:4` as min_nodes 2, max_nodes 4 (torch/distributed/run.py parse_min_max_nnodes) and its
 rendezvous starts the job once MIN nodes joined, admitting more only until its last-call timeout; after a node is lost
@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from llmperf_hook.errors import LlmperfError
+from llmperf_hook.frameworks.megatron_rules import list_values
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.provenance import SourceKind
@@ -50,12 +51,15 @@ def elastic_note(job: ParsedJob) -> str | None:
     least = job.elastic_min_nnodes
     if least is None:
         return None
-    inner = range(least + 1, job.nnodes)
-    listed = ", ".join(map(str, inner)) if len(inner) <= 4 else f"{inner.start} to {inner.stop - 1}"
-    between = f" and at every count in between ({listed})" if inner else ""
+    sizes = job.elastic_node_counts  # a Slurm size string's (`-N 1,2,4`), else every count from MIN
+    inner = (sizes or tuple(range(least, job.nnodes)))[1:]
+    listed = ", ".join(map(str, inner)) if len(inner) <= 4 else f"{inner[0]} to {inner[-1]}"
+    between = f" and at {'the other counts it allows' if sizes else 'every count in between'} ({listed})" if inner \
+        else ""
     words = _range_words(job)
     verb = "gives the job" if words.startswith("-N") else "starts at"  # Slurm picks the count when the job starts
-    return (f"{words} {verb} {least} to {job.nnodes} nodes: ranked at the maximum, "
+    allowed = f"{', '.join(map(str, sizes))} or {job.nnodes}" if sizes else f"{least} to {job.nnodes}"
+    return (f"{words} {verb} {allowed} nodes: ranked at the maximum, "
             f"{job.nnodes} nodes ({job.world_size} GPUs); every layout listed also starts at {least} "
             f"node{'s' * (least > 1)} ({least * job.nproc_per_node} GPUs){between}, and fits its memory at "
             f"{least}, where fewer data-parallel ranks hold larger ZeRO / distributed-optimizer shards (assumed: the "
@@ -67,6 +71,8 @@ def _range_words(job: ParsedJob) -> str:
     """How the command asked for a range of node counts: torchrun's `--nnodes MIN:MAX` or Slurm's `-N MIN-MAX`."""
     source = job.sources.get("nnodes")
     dash = source is not None and (source.detail in ("-N", "--nodes") or source.detail.startswith("SLURM"))
+    if dash and job.elastic_node_counts:
+        return f"-N {','.join(map(str, (*job.elastic_node_counts, job.nnodes)))}"
     return f"-N {job.elastic_min_nnodes}-{job.nnodes}" if dash else f"--nnodes {job.elastic_min_nnodes}:{job.nnodes}"
 
 
@@ -101,7 +107,7 @@ def global_batch_hint(job: ParsedJob, global_batch: int) -> str:
     counts = smaller_counts(job)
     if not counts:
         return ""
-    gpus = [nodes * job.nproc_per_node for nodes in range(counts.start, job.nnodes + 1)]
+    gpus = [nodes * job.nproc_per_node for nodes in (*counts, job.nnodes)]
     step = math.lcm(*gpus)
     if step > 4 * global_batch:
         return ""
@@ -157,15 +163,39 @@ _WORLD_RULES = ("world % (tp*pp*cp) != 0", "world % (etp*ep*pp) != 0",
 _BATCH_RULES = ("global_batch % (micro_batch*dp) != 0", "interleaving needs", RAMPUP_RULE)
 """Its rules on the micro-batch count at a fixed global batch (the count grows as DP shrinks), and a
 --rampup-batch-size step's (command_rules.py: micro x DP divides every global batch the ramp-up runs)."""
+DECREASE_FLAG = "--decrease-batch-size-if-needed"
+"""Megatron-LM's flag for a job that keeps training on fewer GPUs: where micro x DP does not divide the global batch,
+ConstantNumMicroBatchesCalculator (core/num_microbatches_calculator.py) runs the largest multiple of it below (_round)
+instead of asserting, floor(global / (micro x DP)) micro-batches, as candidate_rules' interleaving rule counts them."""
 
 
-def smaller_counts(job: ParsedJob) -> range:
-    """The node counts of the range below the maximum (the one ranked): MIN to MAX - 1; empty for a fixed count, or
-    where a launcher states the world itself (uneven slots: the range does not size it)."""
+def _batch_rules(script_args: Sequence[str]) -> tuple[str, ...]:
+    """The batch rules a smaller count of the range checks: without the divisibility one under DECREASE_FLAG (the
+    ramp-up's goes too: command_rules)."""
+    if list_values(script_args, DECREASE_FLAG) is None:
+        return _BATCH_RULES
+    return tuple(rule for rule in _BATCH_RULES if rule != _BATCH_RULES[0])
+
+
+def decrease_batch_hint(framework: str, script_args: Sequence[str], invalid_by_rule: Mapping[str, int]) -> str:
+    """For the exit-3 message of a Megatron-LM job where a smaller count refused layouts for the global batch alone:
+    the flag that lets it start there with a smaller batch ('' otherwise)."""
+    split = any(rule.startswith(_BATCH_RULES[0]) and _where(rule) is not None for rule in invalid_by_rule)
+    if framework != "megatron" or not split or list_values(script_args, DECREASE_FLAG) is not None:
+        return ""
+    return (f" Or add {DECREASE_FLAG}: at a count whose micro-batch x data-parallel size does not divide the global "
+            "batch, Megatron-LM then trains on the largest multiple of it below (num_microbatches_calculator.py) "
+            "instead of stopping, and tune checks that count's other rules.")
+
+
+def smaller_counts(job: ParsedJob) -> tuple[int, ...]:
+    """The node counts of the range below the maximum (the one ranked), smallest first: MIN to MAX - 1, or those a
+    Slurm size string lists (`-N 1,4`: 1 alone; sbatch(1) -N: "what nodes values should be used"); empty for a fixed
+    count, or where a launcher states the world itself (uneven slots: the range does not size it)."""
     least = job.elastic_min_nnodes
     if least is None or job.world_size != job.nnodes * job.nproc_per_node:
-        return range(0)
-    return range(least, job.nnodes)
+        return ()
+    return job.elastic_node_counts or tuple(range(least, job.nnodes))
 
 
 def _fixed_batch(cfg: TrainingConfig) -> bool:
@@ -209,7 +239,8 @@ def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
     batch is fixed (a derived one follows the world the job got), and DeepSpeed's triad where its config fixes all
     three keys (FIXED_TRIAD_RULE). MIN first, then the counts in between."""
     counts = smaller_counts(job)
-    rules = _WORLD_RULES + (_BATCH_RULES if _fixed_batch(cfg) else ())
+    batch_rules = _batch_rules(job.script_args)
+    rules = _WORLD_RULES + (batch_rules if _fixed_batch(cfg) else ())
     triad = _fixed_triad(cfg)
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
@@ -218,14 +249,14 @@ def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
         for nodes in counts:
             world = nodes * job.nproc_per_node
             where = f"({nodes} node{'s' * (nodes > 1)}, {world} GPUs)"
-            prefix = WORLD_RULE if nodes == counts.start else BETWEEN_RULE
+            prefix = WORLD_RULE if nodes == counts[0] else BETWEEN_RULE
             at_count = {**rule_masks(cfg, cols, world_size=world),
                         **command_rule_masks(cfg, job.script_args, world_size=world)(cols)}
             if triad:
                 at_count[FIXED_TRIAD_RULE] = np.ones(len(cols["tp"]), dtype=bool)
             if pinned is not None:  # the batch rules hold only for the layouts --apply pins a global batch for
                 at_count.update({f"{name} ({PINNED})": mask & pinned for name, mask in at_count.items()
-                                 if name.startswith(_BATCH_RULES)})
+                                 if name.startswith(batch_rules)})
             named.update({_count_name(name, prefix, where): mask for name, mask in at_count.items()
                           if name.startswith((*rules, FIXED_TRIAD_RULE)) or PINNED in name})
         return named
@@ -283,6 +314,10 @@ class ElasticMemory:
     """The memory model alone (commands/tune.memory_only with the cluster bound) -> MemoryEstimate."""
     slurm: bool = False
     """The range is Slurm's -N MIN-MAX (else torchrun's --nnodes MIN:MAX), for messages."""
+    counts: tuple[int, ...] = ()
+    """Every count the job may start at, smallest first, the maximum last (empty: every one from least_nnodes)."""
+    batch_rules: tuple[str, ...] = _BATCH_RULES
+    """The batch rules a count checks (_batch_rules: no divisibility one under --decrease-batch-size-if-needed)."""
 
     def peak_at(self, cfg: TrainingConfig, nnodes: int) -> float | None:
         """`cfg`'s peak bytes per GPU on `nnodes` nodes (None: the memory model cannot size it there, as search counts
@@ -299,28 +334,32 @@ class ElasticMemory:
         """The fewest nodes from which `cfg`'s layout starts at every count up to the maximum (the world rules) and
         fits its memory (at that fewest, by the assumption of the module docstring); None: not even at the maximum."""
         row = candidates_from_list((candidate_of(cfg),)).columns
-        rules = _WORLD_RULES + (_BATCH_RULES if _fixed_batch(cfg) else ())
-        starts = {nodes: not any(m[0] for name, m in rule_masks(cfg, row, world_size=nodes * cfg.nproc_per_node).items()
-                                 if name.startswith(rules))
-                  for nodes in range(self.least_nnodes + 1, self.nnodes + 1)}
-        for nodes in starts:
-            if all(starts[n] for n in range(nodes, self.nnodes + 1)):
+        rules = _WORLD_RULES + (self.batch_rules if _fixed_batch(cfg) else ())
+        later = [n for n in self.counts or range(self.least_nnodes, self.nnodes + 1) if n > self.least_nnodes]
+        starts = [not any(m[0] for name, m in rule_masks(cfg, row, world_size=nodes * cfg.nproc_per_node).items()
+                          if name.startswith(rules)) for nodes in later]
+        for i, nodes in enumerate(later):
+            if all(starts[i:]):
                 peak = self.peak_at(cfg, nodes)
                 if peak is not None and peak <= usable_bytes:
                     return nodes
         return None
 
     def range_words(self, least: int) -> str:
-        """The command's range with `least` as its minimum, as the command writes it."""
+        """The command's range with `least` as its minimum, as the command writes it (a size string: its counts from
+        `least` on)."""
+        if self.slurm and self.counts and len(self.counts) < self.nnodes - self.least_nnodes + 1:
+            return f"-N {','.join(str(n) for n in self.counts if n >= least)}"
         return f"-N {least}-{self.nnodes}" if self.slurm else f"--nnodes {least}:{self.nnodes}"
 
 
 def elastic_memory(job: ParsedJob, memory: Callable[[TrainingConfig], Any]) -> ElasticMemory | None:
     """The memory rule of the job's range (None: a fixed node count)."""
-    if not smaller_counts(job):
+    counts = smaller_counts(job)
+    if not counts:
         return None
-    return ElasticMemory(job.elastic_min_nnodes or job.nnodes, job.nnodes, memory,
-                         slurm=_range_words(job).startswith("-N"))
+    return ElasticMemory(counts[0], job.nnodes, memory, slurm=_range_words(job).startswith("-N"),
+                         counts=(*counts, job.nnodes), batch_rules=_batch_rules(job.script_args))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,6 +48,35 @@ def test_a_count_between_the_ends_of_the_range_is_checked(home: Path, capsys) ->
     # and a global batch every count splits (with 576, tune lists layouts)
     assert "a multiple of 96 (the least common multiple of the range's GPU counts, 8, 16, 24, 32), e.g. 480 or 576 " \
            "(yours: 512)" in err, err
+    assert "Or add --decrease-batch-size-if-needed" in err, err
+
+
+@pytest.mark.parametrize("nnodes", ["4", "4:4"])
+def test_a_fixed_node_count_is_not_a_range(home: Path, capsys, nnodes: str) -> None:
+    """The same job at a fixed 4 nodes (or torchrun's 4:4): no count but 4 is checked, layouts are listed (exit 0)
+    and no elastic line is written."""
+    (home / "s.yaml").write_text(NARROW)
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--",
+                              "torchrun", "--nnodes", nnodes, "--nproc-per-node", "8", *MEGATRON_ARGS], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["top"] and "elastic" not in data, data.keys()
+    assert not [rule for rule in data["search"]["invalid_by_rule"] if "elastic" in rule], data["search"]
+
+
+def test_decrease_batch_size_if_needed_lets_every_count_start(home: Path, capsys) -> None:
+    """Megatron-LM's --decrease-batch-size-if-needed: at 3 nodes of --nnodes 1:4 (DP a multiple of 3) the step trains
+    on the largest multiple of micro x DP below 512 (num_microbatches_calculator ConstantNumMicroBatchesCalculator)
+    instead of stopping: tune lists layouts, and checks no global-batch divisibility at the smaller counts."""
+    (home / "s.yaml").write_text(NARROW)
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--",
+                              "torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", *MEGATRON_ARGS,
+                              "--decrease-batch-size-if-needed"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["top"], data
+    assert not [rule for rule in data["search"]["invalid_by_rule"] if rule.startswith("global_batch % (micro_batch*dp)")
+                and "elastic" in rule], data["search"]["invalid_by_rule"]
 
 
 def test_every_listed_layout_starts_at_every_count_of_the_range(home: Path, capsys) -> None:
@@ -112,6 +141,11 @@ def test_srun_node_range_is_checked_at_every_count(home: Path, capsys) -> None:
                               *_with(srun, global_batch_size="768")], capsys)
     assert code == 0, err
     assert json.loads(out)["elastic"].startswith("-N 2-4 gives the job 2 to 4 nodes: ranked at the maximum, 4 nodes")
+    listed = ["srun", "-N", "1,2,4", "--ntasks-per-node", "8", "python", *MEGATRON_ARGS]  # Slurm gives 1, 2 or 4
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--", *listed],
+                             capsys)
+    assert code == 0, err  # 3 nodes, which no DP of a global batch of 512 starts at, is not one of them
+    assert json.loads(out)["elastic"].startswith("-N 1,2,4 gives the job 1, 2 or 4 nodes: ranked at the maximum"), out
     fixed = ["srun", "-N", "2-4", "-n", "32", "python", *MEGATRON_ARGS]
     code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--", *fixed],
                              capsys)
@@ -130,8 +164,8 @@ def test_sbatch_node_range_reaches_the_step_it_sizes(home: Path, capsys) -> None
 DS_TRAIN = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", "--deepspeed_config", "ds.json"]
 
 
-@pytest.mark.parametrize("enabled", [True, False])
-def test_deepspeed_elasticity_is_refused_when_enabled(home: Path, capsys, enabled: bool) -> None:
+@pytest.mark.parametrize("enabled", [True, False, "false"])
+def test_deepspeed_elasticity_is_refused_when_enabled(home: Path, capsys, enabled: bool | str) -> None:
     """An enabled ds_config `elasticity` section (DeepSpeed to 0.19.6) makes DeepSpeed choose the batch, micro batch
     and accumulation itself (compute_elastic_config), overriding the config's keys, which predict priced as written
     with a warning. Not modelled: refused (exit 2) with how to price the job. A disabled section does nothing."""
@@ -143,7 +177,8 @@ def test_deepspeed_elasticity_is_refused_when_enabled(home: Path, capsys, enable
     for verb in ("predict", "tune"):
         code, out, err = run_cli([verb, "--cluster", "dgx-h100", "--model", "llama2-7b", "--", *DS_TRAIN], capsys)
         if enabled:
-            assert code == 2 and "ds.json enables DeepSpeed elasticity (elasticity.enabled)" in err, err
+            assert code == 2 and "ds.json enables DeepSpeed elasticity (elasticity.enabled" in err, err
+            assert ("is the string 'false': any non-empty string is true to DeepSpeed" in err) == (enabled == "false")
             assert "copy the config without the elasticity section" in err, err
         else:
             assert code == 0, err
@@ -184,6 +219,8 @@ def test_trainer_fsdp_config_checkpointing_is_priced(home: Path, capsys, form: s
 @pytest.mark.parametrize("extra, said", [
     (["--fsdp_config", "fsdp.json", "--gradient_checkpointing"], "the Trainer refuses both ('The activation_"),
     (["--fsdp_config", "missing.json"], "--fsdp_config 'missing.json' is neither a JSON file llmperf can read"),
+    (["--fsdp_config", '{"activation_checkpointing": "maybe"}'], "sets activation_checkpointing to 'maybe': the "
+                                                                  "Trainer reads it as a truth value"),
 ])
 def test_trainer_fsdp_config_the_trainer_refuses(home: Path, capsys, extra: list[str], said: str) -> None:
     """FSDP's checkpointing beside --gradient_checkpointing stops the Trainer (trainer.py: "can't be set to True

@@ -24,6 +24,24 @@ def test_srun_range_minimum(srun: list[str], least: int | None, nnodes: int) -> 
     assert (job.elastic_min_nnodes, job.nnodes) == (least, nnodes), job
 
 
+@pytest.mark.parametrize("nodes, least, counts, nnodes", [
+    ("1,4", 1, (1,), 4),  # a size string: Slurm gives 1 or 4 nodes, never 2 or 3 (sbatch(1) -N size_string)
+    ("1-15:4", 1, (1, 5, 9), 13),  # "--nodes=1-15:4" is equivalent to "--nodes=1,5,9,13"
+    ("2-4", 2, (), 4),  # a range: every count from 2 (ParsedJob.elastic_node_counts empty)
+])
+def test_srun_size_string_counts(nodes: str, least: int, counts: tuple[int, ...], nnodes: int) -> None:
+    job = parse_launch(["srun", "-N", nodes, "--ntasks-per-node", "8", *SCRIPT], {})
+    assert (job.elastic_min_nnodes, job.elastic_node_counts, job.nnodes) == (least, counts, nnodes), job
+
+
+def test_sbatch_size_string_reaches_the_step(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("a.sh").write_text("#!/bin/bash\n#SBATCH --nodes=2,4\n#SBATCH --ntasks-per-node=8\nsrun " + " ".join(SCRIPT)
+                            + "\n")
+    job = parse_launch(["sbatch", "a.sh"], {})
+    assert (job.elastic_min_nnodes, job.elastic_node_counts, job.nnodes) == (2, (2,), 4), job
+
+
 def test_sbatch_range_reaches_a_step_sized_by_the_allocation(tmp_path: Path, monkeypatch) -> None:
     """`srun` without -N takes SLURM_NNODES (the most of the range, as llmperf prices it) and the range's fewest; a
     launcher given its own count does not (torchrun --nnodes 4 waits for 4 nodes), nor does llmperf's own variable

@@ -44,7 +44,8 @@ class SearchReplay:
         masks = command_rules(table.columns) if command_rules else {}
         # an elastic range's memory rule (tune/elastic.ElasticMemory) wraps the same memory model in a new closure
         # each call: compared by its range
-        node_range = None if elastic is None else (elastic.least_nnodes, elastic.nnodes, elastic.slurm)
+        node_range = None if elastic is None else (elastic.least_nnodes, elastic.nnodes, elastic.slurm, elastic.counts,
+                                                   elastic.batch_rules)
         inputs = (cfg, cluster, table.num_generated, top_k, margin, predict, validate, memory, node_range,
                   dict(os.environ), os.getcwd())
         for done in self.done:
