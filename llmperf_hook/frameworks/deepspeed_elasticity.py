@@ -25,9 +25,12 @@ def refuse_elasticity(raw: dict[str, Any], origin: str) -> None:
     section = raw.get("elasticity")
     if not isinstance(section, dict) or not section.get("enabled", False):
         return
+    enabled = section["enabled"]
+    # elasticity_enabled returns the value as written and DeepSpeedConfig tests its truth: "false" is a true string
+    quoted = f" is the string {enabled!r}: any non-empty string is true to DeepSpeed" if isinstance(enabled, str) else ""
     raise ConfigError(
-        f"{origin} enables DeepSpeed elasticity (elasticity.enabled): DeepSpeed then chooses train_batch_size, the "
-        "micro batch and gradient_accumulation_steps itself from max_train_batch_size and micro_batch_sizes at the "
+        f"{origin} enables DeepSpeed elasticity (elasticity.enabled{quoted}): DeepSpeed then chooses train_batch_size, "
+        "the micro batch and gradient_accumulation_steps itself from max_train_batch_size and micro_batch_sizes at the "
         "world size the job gets (elasticity.py compute_elastic_config), overriding the config's batch keys, and "
         "stops at a GPU count outside the ones it allows; DeepSpeed 0.19.8 and later refuse the section. llmperf does "
         "not model elasticity. To price the job, copy the config without the elasticity section (or with \"enabled\": "

@@ -15,8 +15,9 @@ FullyShardedDataParallelPlugin.activation_checkpointing): priced as full recompu
 --gradient_checkpointing is. accelerate's plugin takes it from FSDP_ACTIVATION_CHECKPOINTING; the Trainer from its
 `--fsdp_config` (a JSON file, or a JSON object given in place of the path: TrainingArguments.__post_init__ loads both,
 and strips each key's `fsdp_` prefix, so `fsdp_activation_checkpointing` is the same key), which it turns into
-that variable for the plugin (str(value).lower() == "true"). The Trainer refuses it beside --gradient_checkpointing
-('The activation_checkpointing in FSDP config and the gradient_checkpointing in training arg can't be set to True
+that variable for the plugin (str_to_bool(str(value).lower()): y, yes, t, true, on or 1 turn it on, n, no, f, false,
+off or 0 off, any other word stops the job, "invalid truth value"). The Trainer refuses it beside
+--gradient_checkpointing ('The activation_checkpointing in FSDP config and the gradient_checkpointing in training arg can't be set to True
 simultaneously', trainer.py create_accelerator_and_postprocess).
 """
 
@@ -55,6 +56,21 @@ FSDP_CONFIG_FLAGS = ("--fsdp_config", "--fsdp-config")
 _CHECKPOINTING_SWITCH = ("--gradient_checkpointing", "--gradient-checkpointing")
 _FALSE_WORDS = ("no", "false", "f", "n", "0")
 """transformers hf_argparser.string_to_bool's false spellings (lowercased)."""
+_TRUTH = {**dict.fromkeys(("y", "yes", "t", "true", "on", "1"), True),
+          **dict.fromkeys(("n", "no", "f", "false", "off", "0"), False)}
+"""accelerate utils/environment.str_to_bool's words, which the Trainer reads the config's value with (lowercased)."""
+
+
+def fsdp_checkpointing_on(raw: Mapping[str, Any], where: str) -> bool:
+    """Whether an --fsdp_config (`raw`, read by read_fsdp_config; `where`: how the command gives it) turns on FSDP's
+    activation checkpointing: str_to_bool(str(value).lower()), so `1` and "yes" do too; ConfigError for a word
+    str_to_bool refuses (the Trainer stops: 'invalid truth value')."""
+    value = str(raw.get("activation_checkpointing", False)).lower()
+    if value not in _TRUTH:
+        raise ConfigError(f"{where} sets activation_checkpointing to {value!r}: the Trainer reads it as a truth value "
+                          f"(accelerate str_to_bool: {', '.join(_TRUTH)}) and stops at start-up ('invalid truth "
+                          "value'). Write true or false.")
+    return _TRUTH[value]
 
 
 def read_fsdp_config(value: str) -> dict[str, Any] | None:
@@ -93,7 +109,7 @@ def _trainer_checkpointing(script_args: Sequence[str]) -> tuple[bool, Source | N
         raise ConfigError(f"{flag} {value!r} is neither a JSON file llmperf can read nor a JSON object; "
                           "TrainingArguments loads it at start-up (json.load) and the Trainer stops. Give the path of "
                           "the FSDP config JSON file (run from the folder the job starts in), or a JSON object.")
-    on = str(raw.get("activation_checkpointing", False)).lower() == "true"
+    on = fsdp_checkpointing_on(raw, f"{flag} {value}")
     switch = _last_value(script_args, _CHECKPOINTING_SWITCH)
     if on and switch is not None and switch[1].lower() not in _FALSE_WORDS:
         raise ConfigError(f"{flag} {value} turns on FSDP's activation_checkpointing and the command also gives "

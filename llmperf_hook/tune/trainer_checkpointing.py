@@ -18,8 +18,9 @@ from __future__ import annotations
 import ast
 from typing import Sequence
 
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
-from llmperf_hook.frameworks.fsdp_sharding import FSDP_CONFIG_FLAGS, read_fsdp_config
+from llmperf_hook.frameworks.fsdp_sharding import FSDP_CONFIG_FLAGS, fsdp_checkpointing_on, read_fsdp_config
 from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.provenance import SourceKind
@@ -73,7 +74,12 @@ def _fsdp_config_keeps_checkpointing(script_args: Sequence[str]) -> str | None:
     if raw is None:
         return (f"{hits[-1].name} {value!r} is not a JSON file or JSON object llmperf can read, so whether its "
                 "activation_checkpointing is on is unknown")
-    if str(raw.get("activation_checkpointing", False)).lower() == "true":  # as frameworks/fsdp_sharding reads it
+    try:
+        on = fsdp_checkpointing_on(raw, f"{hits[-1].name} {value}")  # as frameworks/fsdp_sharding reads it
+    except ConfigError:  # a word the Trainer refuses (under --fsdp, predict refused it already)
+        return (f"{hits[-1].name} {value}'s activation_checkpointing is no truth value the Trainer reads, so whether "
+                "it is on is unknown")
+    if on:
         return (f"{hits[-1].name} {value} turns on FSDP's activation_checkpointing, and the Trainer refuses "
                 "--gradient_checkpointing beside it ('can't be set to True simultaneously', transformers trainer.py)")
     return None
