@@ -5,6 +5,11 @@ forward op or its whole backward (dgrad + wgrad for a GEMM; autograd of the op w
 so only the backward kernels are timed). Times: warm-up, then repetitions until ~`target_s` of work (at least
 `min_reps`), trimmed mean (the middle 60 %). torch is imported inside the functions only.
 
+A measurement given a `limit_s` (the sampler: its time left) stops after its first call when the calls it needs would
+pass it (OverLimit): the sampler admits a shape at an estimate from its class's median slowdown, and one shape can be
+far slower than that. On an AVX2-only EPYC a bf16 GEMM backward in ATen's fallback took ~78 s a call, so its 7 calls
+ran 549 s of a --budget 4 whose sampling had 74 s left (/work/notes/h182.md).
+
 The CPU clock (cpu_clock_kind): with one torch thread every kernel runs on the calling thread, so the process's
 CPU time is the op's cost and excludes the time the thread waited for a core that other programs held. On a
 shared machine wall time of the same shape moved 2-6x with the load (SDPA fwd b4 h5 d32 s368: 18.0 ms stored
@@ -14,6 +19,7 @@ the process's CPU time counts every thread, so wall time (perf_counter) is kept 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -79,10 +85,28 @@ class _Clock:
         return self.now() - t0
 
 
+class OverLimit(Exception):
+    """A shape not measured: its first call showed that the calls a measurement needs would pass `limit_s`."""
+
+    def __init__(self, call_s: float, call_wall_s: float, calls: int, limit_s: float) -> None:
+        super().__init__(f"its first call took {call_wall_s:.1f} s, so its {calls} calls would take about "
+                         f"{calls * call_wall_s:.0f} s, past the {limit_s:.0f} s it was given")
+        self.call_s = call_s
+        """The first call's seconds on the measurement's clock (what Timing.time_s is in)."""
+
+
 def measure(fn: Callable[[], Any], device: str, target_s: float = 0.05, min_reps: int = 5, max_reps: int = 50,
-            warmup: int = 2) -> Timing:
+            warmup: int = 2, limit_s: float = math.inf) -> Timing:
+    """Time `fn` (module docstring). `limit_s`: wall seconds the measurement may take; its first (warm-up) call is
+    timed on the wall clock, and when `warmup` + `min_reps` calls at that pace would pass it, no other call is made
+    (OverLimit)."""
     clock = _Clock(device)
-    for _ in range(warmup):
+    started_s = time.perf_counter()
+    first_s = clock.time(fn)  # a warm-up call (at least one is made)
+    call_wall_s, calls = time.perf_counter() - started_s, max(warmup, 1) + min_reps
+    if call_wall_s * calls > limit_s:
+        raise OverLimit(first_s, call_wall_s, calls, limit_s)
+    for _ in range(warmup - 1):
         clock.time(fn)
     times = [clock.time(fn)]
     # On CUDA a short kernel timed alone would include its launch and the event sync; queued back-to-back
@@ -219,7 +243,8 @@ def make_runner(op_class: str, dims: Mapping[str, float], bwd: bool, dtype: str,
 
 
 def sample_op(op_class: str, dims: Mapping[str, float], phase: str, dtype: str, device: str,
-              target_s: float = 0.05) -> Timing:
-    """Measure one shape: forward (`phase="fwd"`) or the whole backward (`"bwd"`)."""
+              target_s: float = 0.05, limit_s: float = math.inf) -> Timing:
+    """Measure one shape: forward (`phase="fwd"`) or the whole backward (`"bwd"`); OverLimit past `limit_s` wall
+    seconds of calls (measure)."""
     runner = make_runner(op_class, dims, phase == "bwd", dtype, device)
-    return measure(runner, device, target_s=target_s)
+    return measure(runner, device, target_s=target_s, limit_s=limit_s)

@@ -36,7 +36,7 @@ def test_a_class_not_measured_yet_takes_the_devices_median_slowdown() -> None:
 def test_sampling_stops_before_the_deadline_once_a_class_proves_slow(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each sample takes 0.3 s, ~1000x its roofline: at the 2x guess the next one always seemed to fit, and the last
     ran past the deadline. The run's own samples now set the estimate."""
-    def sample_op(op_class, dims, phase, dtype, device, target_s=0.05):
+    def sample_op(op_class, dims, phase, dtype, device, target_s=0.05, limit_s=float("inf")):
         time.sleep(0.3)
         return op_sampler.Timing(0.3 / 7, 7, 0.0)  # 7 repetitions in the 0.3 s
 
