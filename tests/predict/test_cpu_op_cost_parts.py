@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmperf_hook.graph.op import Collective, Op
-from llmperf_hook.predict.cpu_framework import TRANSPORT_OP, CpuFrameworkCost, op_cost_parts
+from llmperf_hook.predict.cpu_framework import TRANSPORT_OP, CpuFrameworkCost, op_cost_parts, op_seconds
 
 COST = CpuFrameworkCost(per_unit_s=20e-6, compute_scale=0.8, optimizer_per_tensor_s=50e-6,
                         optimizer_per_param_s=4e-9, per_byte_s=1e-10, concurrency_slowdown={"2": 1.25},
@@ -27,3 +27,11 @@ def test_each_term_is_named_by_what_prices_it() -> None:
     assert opt == pytest.approx({"adam": 1.25 * (50e-6 + 500 * 4e-9), "engine": 1.25 * (5e-3 + 1000 * 6e-9)})
     assert transport == pytest.approx({"transport": 2e-4})  # CPU of gloo's threads: no concurrency factor
     assert allreduce == {"comm": 1e-3}  # the comm model's time, unchanged
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_the_parts_add_up_to_the_ops_seconds_each_term_once(ranks: int) -> None:
+    """The breakdown (benchmarks/testbed_op_breakdown.py) sums the parts: they are op_seconds, no term twice."""
+    for op in _ops():
+        parts = op_cost_parts(op, 1e-3, COST, ranks)
+        assert op_seconds(op, 1e-3, COST, ranks) == sum(parts.values()) and all(v >= 0 for v in parts.values())

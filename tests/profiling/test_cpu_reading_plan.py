@@ -125,3 +125,12 @@ def test_the_spread_line_names_the_light_plan() -> None:
                                "reading_plan": {"name": "light", "step_per_fp32": 11.25}}}}
     assert cfr.describe_spread(doc).startswith("framework cost bf16 (light plan: smaller steps, a bf16 step 11.2x "
                                                 "fp32's here): fitted on the median times of 2 readings")
+
+
+def test_the_probe_is_a_measurement_that_a_dtype_as_fast_as_fp32_does_not_pass() -> None:
+    """step_ratio times PROBE_SHAPE's real forward+backward in both dtypes on one clock (the process's CPU time, ~0.2 s
+    of it): fp32 against itself read 0.73-1.12 at load 10 on 2 cores (bf16 6.6-8.5 on this AVX2-only EPYC), so the
+    probe's noise does not reach LIGHT_ABOVE."""
+    ratio = plans.step_ratio("fp32")
+    assert 0 < ratio < plans.LIGHT_ABOVE
+    assert plans.plan_of({"reading_plan": plans.plan_record(plans.FULL, ratio)}) is plans.FULL
