@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import os
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.script_tree import script_tree
@@ -44,26 +45,54 @@ def own_parser_default(script: str, option: str, exact: bool = False) -> ScriptD
     if tree is None or not parses_its_own_flags(tree):
         return None
     dest = option.lstrip("-").replace("-", "_")  # `--max-position-embeddings`, `--max_position_embeddings` alike
+    functions, defined = _enclosing_functions(tree)
     calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call) and
                     isinstance(node.func, ast.Attribute) and node.func.attr in ("add_argument", "set_defaults")),
-                   key=lambda node: (node.lineno, node.col_offset))  # the order the parser-building code runs them
+                   key=_run_order(tree, functions, defined))  # the order the parser-building code runs them
     if exact and not any(option in _option_strings(call) for call in calls if call.func.attr == "add_argument"):
         return ScriptDefault(False, None, True)
-    return _namespace_default(calls, dest, _enclosing_functions(tree))
+    return _namespace_default(calls, dest, functions)
 
 
-def _enclosing_functions(tree: ast.AST) -> dict[int, int]:
-    """The id of the innermost function around each call of `tree` (0: none): `parser` in two functions is two
-    parsers (`def train_args(): parser = ArgumentParser()` and `def eval_args(): parser = ...`)."""
+_DEF = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _enclosing_functions(tree: ast.AST) -> tuple[dict[int, int], dict[int, ast.AST]]:
+    """The id of the innermost function around each call of `tree` (0: none), and each function by its id: `parser`
+    in two functions is two parsers (`def train_args(): parser = ArgumentParser()` and `def eval_args(): ...`)."""
     found: dict[int, int] = {}
+    defined: dict[int, ast.AST] = {}
     stack: list[tuple[ast.AST, int]] = [(tree, 0)]
     while stack:
         node, function = stack.pop()
         if isinstance(node, ast.Call):
             found[id(node)] = function
-        inner = id(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else function
-        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
-    return found
+        if isinstance(node, _DEF):
+            defined[id(node)] = node
+        stack.extend((child, id(node) if isinstance(node, _DEF) else function) for child in ast.iter_child_nodes(node))
+    return found, defined
+
+
+def _run_order(tree: ast.AST, functions: dict[int, int], defined: dict[int, ast.AST]) -> \
+        Callable[[ast.Call], tuple[int, ...]]:
+    """A sort key that puts calls in the order the script runs them, as far as its source tells: a call inside a
+    function runs where the function is first called (by its name, from outside it), so `main()` calling `build()`
+    runs build's add_argument before main's later set_defaults wherever each `def` stands; a function called
+    nowhere keeps its place in the file."""
+    first: dict[str, ast.Call] = {}
+    for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset)):
+        first.setdefault(_name(node.func), node)
+
+    def key(call: ast.Call, depth: int = 0) -> tuple[int, ...]:
+        own = (call.lineno, call.col_offset)
+        function = defined.get(functions.get(id(call), 0))
+        name = getattr(function, "name", "")  # a lambda has none
+        site = first.get(name) if name else None
+        if site is None or depth > 16 or functions.get(id(site)) == id(function):
+            return own
+        return (*key(site, depth + 1), *own)
+
+    return key
 
 
 def _namespace_default(calls: list[ast.Call], dest: str, functions: dict[int, int]) -> ScriptDefault:

@@ -92,3 +92,19 @@ def test_parsers_of_two_functions_are_two_parsers(train: int, evaluate: int, val
     script.write_text(PARSER + TWO_ENTRY_POINTS.format(train=train, eval=evaluate))
     own = own_parser_default(str(script), "--max-position-embeddings")
     assert own is not None and own.defined and own.value == value and own.literal == (value is not None)
+
+
+MAIN = "def main():\n    p = build()\n    p.set_defaults(max_position_embeddings=2048)\n    return p\n\n\n"
+BUILD = ("def build():\n    p = argparse.ArgumentParser()\n    p.add_argument('--num-layers', type=int, default=2)\n"
+         "    p.add_argument('--max-position-embeddings', type=int, default=512)\n    return p\n\n\n")
+
+
+@pytest.mark.parametrize("functions", [MAIN + BUILD, BUILD + MAIN], ids=["main_first", "builder_first"])
+def test_calls_in_functions_run_where_the_function_is_called(functions: str, tmp_path: Path) -> None:
+    """R68: `main()` calls `build()`, whose add_argument(default=512) runs before main's set_defaults(2048), wherever
+    each function stands in the file: argparse gives 2048 both ways (read in source order, main first gave 512)."""
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\n\n\n" + functions + "if __name__ == '__main__':\n"
+                      f"    print(repr(main().parse_args([]).{M}))\n")
+    own = own_parser_default(str(script), "--max-position-embeddings")
+    assert own is not None and own.literal and own.value == _argparse_gives(script) == 2048
