@@ -118,16 +118,19 @@ def _elastic_rule(spec: Any, job: Any) -> Any:
 def _elastic_sentence(result: Any, spec: Any, job: Any, margin: float) -> str:
     """What the exit-3 message adds for a node range: global batches every count splits (where a count starts no
     layout), or the range that fits memory (where the minimum's memory ruled layouts out)."""
-    from llmperf_hook.tune.elastic import (FIXED_TRIAD_RULE, decrease_batch_hint, global_batch_hint,
-                                           over_at_minimum_sentence)
+    from llmperf_hook.tune.elastic import (BETWEEN_RULE, FIXED_TRIAD_RULE, WORLD_RULE, decrease_batch_hint,
+                                           global_batch_hint, model_grid_sentence, over_at_minimum_sentence)
 
     if result.elastic_counts_starting_nothing and not any(FIXED_TRIAD_RULE in r for r in result.invalid_by_rule):
         own = result.baseline.config if result.baseline else None
         return (global_batch_hint(job, own.batch.global_batch_size if own else 0) +
                 decrease_batch_hint(own.framework if own else "", job.script_args, result.invalid_by_rule))
     rule = _elastic_rule(spec, job)
-    if rule is None or not result.over_at_minimum:
+    if rule is None:
         return ""
+    if not result.over_at_minimum:  # nothing fits the maximum's memory with a grid every count starts
+        grid_refused = any(rule_name.startswith((WORLD_RULE, BETWEEN_RULE)) for rule_name in result.invalid_by_rule)
+        return model_grid_sentence(job) if result.nearest is not None and grid_refused else ""
     return over_at_minimum_sentence(result.over_at_minimum, rule, (1 - margin) * spec.gpu.memory_capacity_bytes)
 
 

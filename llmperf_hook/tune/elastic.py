@@ -118,6 +118,20 @@ def global_batch_hint(job: ParsedJob, global_batch: int) -> str:
             f"{global_batch}).")
 
 
+def model_grid_sentence(job: ParsedJob) -> str:
+    """For the exit-3 message where layouts fit the maximum's memory only with a model grid the range cannot start
+    (nothing fits, and smaller counts refused layouts): every count's world must divide by TP x PP x CP
+    (arguments.py), so the grid divides the greatest common divisor G of the range's GPU counts; two consecutive
+    counts leave one node's GPUs (gcd(8n, 8(n + 1)) = 8). More TP / PP in --search cannot help past G."""
+    counts = smaller_counts(job)
+    if not counts:
+        return ""
+    bound = math.gcd(*(nodes * job.nproc_per_node for nodes in (*counts, job.nnodes)))
+    return (f" Under {_range_words(job)} TP x PP x CP must divide {bound} GPUs (the greatest common divisor of its "
+            "GPU counts) for every count to start, whatever --search allows: give a fixed node count, or a range "
+            "whose counts share a larger divisor, to try larger model grids.")
+
+
 def elastic_pruned_sentence(invalid_by_rule: Mapping[str, int]) -> str:
     """For the exit-3 message: the layouts only a smaller count of the range refused, which a fixed node count at
     the maximum would try."""

@@ -139,8 +139,10 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any], elastic_se
         msg = (f"{lead}: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
                f"{near.peak_bytes / GiB:.1f} GiB per GPU, {near.peak_bytes / GiB - usable:.1f} GiB over the usable.")
     sentence, widen = ("", True) if host_bound else _largest_split_sentence(cfg, near, header.get("knobs"))
-    return (msg + sentence + elastic_pruned_sentence(result.invalid_by_rule) + _largest_model(result, cfg, near) +
-            _infeasible_advice(cfg, host_bound, widen))
+    # elastic_sentence here: the model grid a node range allows (tune/elastic.model_grid_sentence), past which more
+    # TP / PP is no advice
+    return (msg + sentence + elastic_pruned_sentence(result.invalid_by_rule) + elastic_sentence +
+            _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound, widen and not elastic_sentence))
 
 
 def _largest_split(cfg: Any, knobs: Any) -> int:

@@ -282,6 +282,15 @@ def test_a_wide_range_names_a_few_counts(home: Path, capsys) -> None:
     assert code == 3, err
     assert "No layout searched can start at 65 nodes (520 GPUs) or at 66 nodes (528 GPUs) or at 67 nodes (536 GPUs) " \
            "(and at " in err and len(err.splitlines()[-1]) < 1500, err
+    # with --decrease-batch-size-if-needed the batch starts everywhere, but the model grid cannot: 65 and 66 nodes
+    # share 8 GPUs as a divisor, so TP x PP x CP <= 8 and the model does not fit; more TP / PP is no advice
+    (home / "s.yaml").write_text("micro_batch_size: [1]\ntensor_parallel: [8]\npipeline_parallel: [1, 8, 16]\n"
+                                 "virtual_pipeline: [1]\ncontext_parallel: [1]\nrecompute: [full]\n")
+    code, out, err = run_cli(["tune", "--cluster", "dgx-a100", "--search", "s.yaml", "--", *command,
+                              "--decrease-batch-size-if-needed"], capsys)
+    assert code == 3, err
+    assert "Under --nnodes 64:128 TP x PP x CP must divide 8 GPUs (the greatest common divisor of its GPU counts)" \
+           in err and "widen the search" not in err, err
 
 
 def test_a_global_batch_apply_pins_is_checked_at_every_count(home: Path, capsys) -> None:
