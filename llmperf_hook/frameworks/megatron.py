@@ -278,6 +278,11 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
     if name not in _OPTIMIZERS_MODELLED:
         raise ConfigError(f"--optimizer {name} is not one Megatron-LM offers (arguments.py choices: "
                           f"{', '.join(_OPTIMIZERS_MODELLED + _OPTIMIZERS_AS_ADAM)}). Pick one of them.")
+    # validate_args switches the NaN check off for fp16 under dynamic loss scaling (no --loss-scale): the scaler's
+    # overflow check stands in for it
+    dynamic_fp16 = bool(flags.get("fp16")) and not flags.get("loss_scale")
+    grad_scale = "tokens" if flags.get("calculate_per_token_loss") else \
+        "none" if flags.get("ddp_average_in_collective") else "dp"
     return OptimizerConfig(
         name=name,  # type: ignore[arg-type]
         distributed_optimizer=_sharded_optimizer(flags, src),
@@ -296,9 +301,9 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         distopt_instances=int(flags.get("num_distributed_optimizer_instances") or 1),
         pin_cpu_grads=bool(flags.get("pin_cpu_grads", True)), pin_cpu_params=bool(flags.get("pin_cpu_params", True)),
         gradient_clipping=float(flags.get("clip_grad", 1.0)),
-        # DDP's per-bucket NaN check and 1 / (dp x cp) pre-scale (graph/megatron_step.py)
-        grad_nan_check=bool(flags.get("check_for_nan_in_loss_and_grad", True)),
-        grad_prescale=not (flags.get("ddp_average_in_collective") or flags.get("calculate_per_token_loss")),
+        # DDP's per-bucket NaN check and its gradient scaling pass (graph/megatron_step.py)
+        grad_nan_check=bool(flags.get("check_for_nan_in_loss_and_grad", True)) and not dynamic_fp16,
+        grad_scale=grad_scale,  # type: ignore[arg-type]
         # Megatron arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16 (which
         # clears it: bf16 main grads, bf16 reduction); otherwise main_grad keeps the param dtype (fp16 grads, fp16
         # all-reduce) unless --accumulate-allreduce-grads-in-fp32 is given.

@@ -40,7 +40,7 @@ _STR = (
     "tokenizer-name-or-path", "main-grads-dtype", "main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype",
 )
 _FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor",
-          "max-norm")
+          "max-norm", "loss-scale")
 _TRUE = (
     "ds-sequence-parallel-fpdt", "ds-sequence-parallel-fpdt-offloading",
     "embed-layernorm", "group-query-attention", "swiglu", "use-rotary-position-embeddings", "untie-embeddings-and-output-weights",

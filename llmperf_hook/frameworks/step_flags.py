@@ -104,7 +104,8 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
 PRICED_AS_GIVEN = ("check_for_nan_in_loss_and_grad",)
 """store_false flags that need no warning: the NaN check's per-bucket gradient norm (default on) is priced
 (OptimizerConfig.grad_nan_check, graph/megatron_step.py; its host read per bucket is not), and switched off by the
-flag. --ddp-average-in-collective and --calculate-per-token-loss are priced too (grad_prescale: no scaling pass).
+flag. --ddp-average-in-collective and --calculate-per-token-loss are priced too (grad_scale: no scaling pass, or
+the 1 / num_tokens pass after the reduction).
 --no-async-tensor-model-parallel-allreduce
 is not one of them: Megatron-LM ignores it (megatron_rules.ignored_flag_warnings), Megatron-DeepSpeed's --deepspeed
 switches the async all-reduce off anyway (step_fusions)."""

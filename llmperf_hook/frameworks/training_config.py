@@ -380,11 +380,15 @@ class OptimizerConfig:
     grad_nan_check: bool = True
     """Megatron's DDP takes the L2 norm of every gradient bucket before reducing it to catch NaN / Inf
     (ddp_config.check_for_nan_in_grad = --check-for-nan-in-loss-and-grad, on unless
-    --no-check-for-nan-in-loss-and-grad; param_and_grad_buffer.py check_grads; graph/megatron_step.py)."""
-    grad_prescale: bool = True
-    """Megatron's DDP multiplies each gradient bucket by 1 / (dp x cp) before reducing it (param_and_grad_buffer.py
-    start_grad_sync); False under --ddp-average-in-collective (ReduceOp.AVG) or --calculate-per-token-loss (factor 1,
-    distributed_data_parallel.py)."""
+    --no-check-for-nan-in-loss-and-grad; param_and_grad_buffer.py check_grads; graph/megatron_step.py). Off under
+    --fp16 with dynamic loss scaling (no --loss-scale): validate_args switches the check off there, the scaler's
+    overflow check takes its place (arguments.py)."""
+    grad_scale: Literal["dp", "tokens", "none"] = "dp"
+    """The pass of Megatron's DDP that scales the whole gradient buffer (read and write) once per step: "dp" multiplies
+    each bucket by 1 / (dp x cp) before reducing it (param_and_grad_buffer.py start_grad_sync; factor 1, no pass, at
+    dp x cp 1); "tokens" under --calculate-per-token-loss (factor 1 there, distributed_data_parallel.py) divides it by
+    the global batch's token count after the reduction, at any dp (finalize_model_grads.py: model_chunk
+    .scale_gradients(1 / num_tokens)); "none" under --ddp-average-in-collective (ReduceOp.AVG)."""
     zero_grad_allreduce: bool = False
     """DeepSpeed ZeRO-1/2 all-reduces each gradient bucket and keeps its own partition (stage_1_and_2.py
     average_tensor: reduce_scatter false, or use_multi_rank_bucket_allreduce, the default since v0.12.4,

@@ -6,9 +6,11 @@ Read in NVIDIA/Megatron-LM d98e8a6 (2026), for a job on Megatron's DDP (no FSDP)
 - training.py train_step: model_chunk.zero_grad_buffer() zeroes each gradient buffer
   (param_and_grad_buffer.py reset: grad_data.zero_()), every parameter of the rank.
 - param_and_grad_buffer.py start_grad_sync, per bucket before its reduction: check_grads (ddp_config
-  .check_for_nan_in_grad = --check-for-nan-in-loss-and-grad, on by default: bucket.grad_data.norm(p=2)), then
-  `bucket.grad_data *= gradient_scaling_factor` where the factor is not 1: 1 / (dp x cp) unless
-  --ddp-average-in-collective or --calculate-per-token-loss (distributed_data_parallel.py).
+  .check_for_nan_in_grad = --check-for-nan-in-loss-and-grad, on by default but off for --fp16 with dynamic loss
+  scaling, arguments.py validate_args: bucket.grad_data.norm(p=2)), then `bucket.grad_data *= gradient_scaling_factor`
+  where the factor is not 1: 1 / (dp x cp) unless --ddp-average-in-collective or --calculate-per-token-loss
+  (distributed_data_parallel.py). Under --calculate-per-token-loss finalize_model_grads.py scales the whole buffer by
+  1 / num_tokens after the reduction instead (scale_gradients), at any dp: the same bytes (OptimizerConfig.grad_scale).
 - optimizer.py MixedPrecisionOptimizer.step over the rank's optimizer shard (the whole rank without the distributed
   optimizer): prepare_grads (_copy_model_grads_to_main_grads: `main_grad.float()`, a view of fp32 main grads, a cast
   of 16-bit ones; fp16: _unscale_main_grads_and_check_for_nan, torch._amp_foreach_non_finite_check_and_unscale_),
@@ -43,18 +45,21 @@ MAIN_PARAM_BYTES = 4
 
 def runs_megatron_step(cfg: TrainingConfig) -> bool:
     """The job steps Megatron's optimizer wrapper on its DDP: a Megatron job whose Adam is the framework's (not a
-    plain-torch script stepping torch.optim: torch_optimizer_impl / master_weights), without FSDP or a CPU
-    optimizer (HybridDeviceOptimizer's passes run on the host)."""
+    plain-torch script stepping torch.optim: torch_optimizer_impl / master_weights), without FSDP. With a CPU
+    optimizer (--optimizer-cpu-offload) the DDP's passes still run on the GPU's gradient buffers; the wrapper's
+    around HybridDeviceOptimizer are not priced (megatron_step_ops)."""
     o = cfg.optimizer
-    return (cfg.framework == "megatron" and o.fsdp == "none" and o.offload_optimizer == "none"
-            and not o.torch_optimizer_impl and (o.master_weights or cfg.precision == "fp32"))
+    return (cfg.framework == "megatron" and o.fsdp == "none" and not o.torch_optimizer_impl
+            and (o.master_weights or cfg.precision == "fp32"))
 
 
 def ddp_bytes_per_param(cfg: TrainingConfig, grad_elem_bytes: int, dp_cp: int) -> float:
     """Bytes per parameter of the rank that Megatron's DDP moves each step beyond the reduction: the zeroing (write
-    one gradient), the NaN check's norm (read one), the 1 / (dp x cp) pre-scale (read and write one) where it runs."""
-    per_param = grad_elem_bytes + (grad_elem_bytes if cfg.optimizer.grad_nan_check else 0)
-    if cfg.optimizer.grad_prescale and dp_cp > 1:
+    one gradient), the NaN check's norm (read one), the scaling pass (read and write one) where it runs: the
+    1 / (dp x cp) pre-scale at dp x cp > 1, the 1 / num_tokens scale at any dp (OptimizerConfig.grad_scale)."""
+    o = cfg.optimizer
+    per_param = grad_elem_bytes + (grad_elem_bytes if o.grad_nan_check else 0)
+    if o.grad_scale == "tokens" or (o.grad_scale == "dp" and dp_cp > 1):
         per_param += 2 * grad_elem_bytes
     return float(per_param)
 
@@ -83,7 +88,8 @@ def megatron_step_ops(cfg: TrainingConfig, rank_params: int, local: int, dp_cp: 
     `local`; `dp_cp` is the size of the gradient reduction's group."""
     if not runs_megatron_step(cfg) or rank_params <= 0:
         return []
-    nbytes = (rank_params * ddp_bytes_per_param(cfg, grad_elem_bytes, dp_cp)
-              + local * optimizer_bytes_per_param(cfg, grad_elem_bytes, param_elem_bytes))
+    nbytes = rank_params * ddp_bytes_per_param(cfg, grad_elem_bytes, dp_cp)
+    if cfg.optimizer.offload_optimizer == "none":
+        nbytes += local * optimizer_bytes_per_param(cfg, grad_elem_bytes, param_elem_bytes)
     return [Op(MEGATRON_STEP_OP, "step_bookkeeping", "step", {"params": local, "rank_params": rank_params},
                flops=0.0, bytes_moved=float(nbytes), dtype=cfg.precision)]

@@ -94,7 +94,7 @@ def test_switch_given_a_value_stops_megatron() -> None:
 
 
 def test_priced_fusions_do_not_warn() -> None:
-    # the last three are priced too (OptimizerConfig.grad_nan_check, grad_prescale: graph/megatron_step.py)
+    # the last three are priced too (OptimizerConfig.grad_nan_check, grad_scale: graph/megatron_step.py)
     flags = ("--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion", "--no-gradient-accumulation-fusion",
              "--no-bias-swiglu-fusion", "--no-masked-softmax-fusion", "--no-check-for-nan-in-loss-and-grad",
              "--ddp-average-in-collective", "--calculate-per-token-loss")

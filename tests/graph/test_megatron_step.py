@@ -45,14 +45,16 @@ def test_distributed_optimizer_bf16_bytes() -> None:
     assert ops["optimizer.step"].bytes_moved == local * ADAM_BYTES_PER_PARAM == local * 28
 
 
-@pytest.mark.parametrize(("flag", "less_per_rank_param"), [
-    ("--no-check-for-nan-in-loss-and-grad", 4),  # no bucket norm
-    ("--ddp-average-in-collective", 8),  # ReduceOp.AVG, no pre-scale pass
-    ("--calculate-per-token-loss", 8),  # scaling factor 1
+@pytest.mark.parametrize(("flags", "gpus", "less_per_rank_param"), [
+    (("--no-check-for-nan-in-loss-and-grad",), 4, 4),  # no bucket norm
+    (("--ddp-average-in-collective",), 4, 8),  # ReduceOp.AVG, no pre-scale pass
+    # factor 1 before the reduction, but finalize_model_grads scales the buffer by 1 / num_tokens after it
+    (("--calculate-per-token-loss",), 4, 0),
+    (("--calculate-per-token-loss",), 1, -8),  # ... at any dp: a pass that one rank does not run otherwise
 ])
-def test_flags_that_drop_a_ddp_pass(flag: str, less_per_rank_param: int) -> None:
-    _, stage, base = _megatron("--bf16")
-    _, _, ops = _megatron("--bf16", flag)
+def test_flags_that_change_a_ddp_pass(flags: tuple[str, ...], gpus: int, less_per_rank_param: int) -> None:
+    _, stage, base = _megatron("--bf16", gpus=gpus)
+    _, _, ops = _megatron("--bf16", *flags, gpus=gpus)
     dropped = base[MEGATRON_STEP_OP].bytes_moved - ops[MEGATRON_STEP_OP].bytes_moved
     assert dropped == stage.num_params * less_per_rank_param
 
@@ -68,9 +70,11 @@ def test_one_rank_scales_nothing_and_clip_zero_skips_the_norm() -> None:
 def test_fp16_unscales_and_fp32_copies_nothing() -> None:
     _, stage, fp16 = _megatron("--fp16", gpus=1)
     n = stage.num_params
-    # fp16 main grads (no --accumulate-allreduce-grads-in-fp32): 2-byte zeroing and norm, cast to fp32 (2 + 4),
-    # unscale (4 + 4), clip (4 + 4 + 4), copy (4 + 2)
-    assert fp16[MEGATRON_STEP_OP].bytes_moved == n * (2 + 2) + n * (6 + 8 + 12 + 6)
+    # fp16 main grads (no --accumulate-allreduce-grads-in-fp32): 2-byte zeroing, no NaN check (dynamic loss scaling:
+    # validate_args switches it off), cast to fp32 (2 + 4), unscale (4 + 4), clip (4 + 4 + 4), copy (4 + 2)
+    assert fp16[MEGATRON_STEP_OP].bytes_moved == n * 2 + n * (6 + 8 + 12 + 6)
+    _, _, static = _megatron("--fp16", "--loss-scale", "4096", gpus=1)  # a static scale keeps the check (2-byte norm)
+    assert static[MEGATRON_STEP_OP].bytes_moved == n * (2 + 2) + n * (6 + 8 + 12 + 6)
     _, _, fp32 = _megatron(gpus=1)
     assert fp32[MEGATRON_STEP_OP].bytes_moved == n * (4 + 4) + n * 12
 
@@ -80,6 +84,14 @@ def test_precision_aware_adam_writes_the_model_copy_itself() -> None:
     n = stage.num_params
     assert adam_bytes_per_param(cfg) == (ADAM_BYTES_PER_PARAM + 2, "fp32")
     assert ops[MEGATRON_STEP_OP].bytes_moved == n * (4 + 4) + n * 12  # no copy back
+
+
+def test_cpu_optimizer_keeps_the_ddp_passes_on_the_gpu() -> None:
+    """--optimizer-cpu-offload moves the optimizer to the host (HybridDeviceOptimizer), not the DDP's gradient buffers:
+    their zeroing, NaN check and 1/4 pre-scale still run on the GPU (param_and_grad_buffer.py)."""
+    _, stage, ops = _megatron("--bf16", "--use-distributed-optimizer", "--use-precision-aware-optimizer",
+                              "--optimizer-cpu-offload")
+    assert ops[MEGATRON_STEP_OP].bytes_moved == stage.num_params * (4 + 4 + 8)
 
 
 def test_only_megatrons_own_step(tmp_path: Path) -> None:
