@@ -33,7 +33,7 @@ from llmperf_hook.frameworks.script_dropout import apply_script_dropout
 from llmperf_hook.frameworks.script_shape import resolve_script_shape, script_model_type
 from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.step_flags import step_fusions
-from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, trainer_warnings
+from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, optim_warnings, trainer_warnings
 from llmperf_hook.frameworks.trainer_optimizer import is_trainer_job, trainer_optimizer_fields
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
                                                      TrainingConfig)
@@ -372,11 +372,12 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
     # the Trainer's own optimizer (--optim), unless DeepSpeed builds a ds_config section's (frameworks/trainer_optimizer.py)
-    trainer_opt = trainer_optimizer_fields(flags, src) if is_trainer_job(flags, framework, not trainer) \
-        and (ds is None or ds.optimizer_name is None) else {}
+    trainer_steps = is_trainer_job(flags, framework, not trainer) and (ds is None or ds.optimizer_name is None)
+    trainer_opt = trainer_optimizer_fields(flags, src) if trainer_steps else {}
     base = replace(base, **trainer_opt)
     fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings, job.script_args) if ds is None else None
-    warnings += trainer_warnings(flags) if ds is None else []  # DeepSpeed replaces DDP and a config's optimizer --optim
+    # DeepSpeed replaces DDP, and a config's optimizer section --optim
+    warnings += trainer_warnings(flags) if ds is None else optim_warnings(flags) if trainer_steps else []
     if ds is not None:
         (check_hpz if framework == "hf-deepspeed" else check_plain_deepspeed)(ds, job.world_size)
         optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src,

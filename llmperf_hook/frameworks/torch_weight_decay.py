@@ -36,30 +36,31 @@ def _literal(node: ast.AST | None) -> Any:
 
 
 def _group_decays(first: ast.AST | None) -> list[Any]:
-    """weight_decay of each dict literal in a parameter-group list ([{"params": ..., "weight_decay": 0.1}, ...]);
-    [] when the argument is not such a list or no group sets it."""
+    """weight_decay of each group of a parameter-group list ([{"params": ..., "weight_decay": 0.1}, ...]); None for a
+    group that does not set it as a dict literal (torch gives it the optimizer's own value); [] when the argument is
+    not such a list."""
     if not isinstance(first, (ast.List, ast.Tuple)):
         return []
     out = []
-    for group in (g for g in first.elts if isinstance(g, ast.Dict)):
-        for key, value in zip(group.keys, group.values):
-            if isinstance(key, ast.Constant) and key.value == "weight_decay":
-                out.append(_literal(value))
+    for group in first.elts:
+        value = next((v for k, v in zip(group.keys, group.values)
+                      if isinstance(k, ast.Constant) and k.value == "weight_decay"), None) \
+            if isinstance(group, ast.Dict) else None
+        out.append(_literal(value))
     return out
 
 
 def call_weight_decay(call: ast.Call, class_name: str) -> str:
-    """The weight-decay kind of `torch.optim.<class_name>(...)`: the weight_decay keyword (or the parameter groups'
-    own, when any group sets one: the pass runs where any is nonzero), else the class default;
+    """The weight-decay kind of `torch.optim.<class_name>(...)`: on where any parameter group's weight_decay is not
+    0 (a group's own, else the weight_decay keyword or fifth positional argument, else the class default);
     decoupled_weight_decay=True makes Adam AdamW."""
     keywords = {k.arg: k.value for k in call.keywords if k.arg}
     decoupled = class_name == "AdamW" or _literal(keywords.get("decoupled_weight_decay")) == 1
-    first = call.args[0] if call.args else keywords.get("params")
-    groups = [decay_kind(v, decoupled) for v in _group_decays(first)]
-    if groups and any(kind != "none" for kind in groups):
-        return "decoupled" if decoupled else "l2"
     # Adam(params, lr, betas, eps, weight_decay, ...): the fifth positional argument
     given = _literal(keywords.get("weight_decay", call.args[4] if len(call.args) > 4 else None))
-    if given is None:
-        given = 0.0 if groups else DECAY_DEFAULTS.get(class_name, 0.0)
-    return decay_kind(given, decoupled)
+    default = DECAY_DEFAULTS.get(class_name, 0.0) if given is None else given
+    first = call.args[0] if call.args else keywords.get("params")
+    values = [default if v is None else v for v in _group_decays(first)] or [default]
+    if all(decay_kind(v, decoupled) == "none" for v in values):
+        return "none"
+    return "decoupled" if decoupled else "l2"

@@ -13,10 +13,10 @@ from llmperf_hook.provenance import Source, SourceKind
 TRAINER_INT = ("ddp-bucket-cap-mb",)
 TRAINER_TRUE = ("torch-compile", "ddp-find-unused-parameters", "auto-find-batch-size")
 TRAINER_STR = ("optim", "config-overrides")
+"""--config_overrides: run_clm.py's ModelArguments (the shape of a model built from scratch, frameworks/script_shape.py)."""
 TRAINER_FLOAT = ("weight-decay",)
 """--weight_decay: the Trainer's AdamW decay (frameworks/trainer_optimizer.py; Megatron's --weight-decay is read the
 same way and not used)."""
-"""--config_overrides: run_clm.py's ModelArguments (the shape of a model built from scratch, frameworks/script_shape.py)."""
 
 ADAM_OPTIMS = frozenset({"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw_torch_xla",
                          "adamw_torch_npu_fused", "adamw_anyprecision"})
@@ -33,6 +33,21 @@ def ddp_bucket_elems(flags: FlagValues, src: dict[str, Source]) -> int | None:
     return int(cap_mb) * 2**20 // 4
 
 
+def optim_warnings(flags: FlagValues) -> list[str]:
+    """--optim other than a full-precision AdamW: its states are priced as AdamW's, its step as trainer_optimizer
+    reads it (or as the fused Adam). Also under DeepSpeed when the ds_config has no optimizer section (the Trainer's
+    optimizer is the one DeepSpeed steps)."""
+    optim = flags.get("optim")
+    if optim is None or optim in ADAM_OPTIMS:
+        return []
+    impl = TRAINER_OPTIM_IMPLS.get(optim)
+    step = ("its step as a fused AdamW's (28 B per parameter)" if impl is None
+            else "its step from its kernel's arguments (15 B per fp32 parameter, not measured)"
+            if impl == "adam_8bit"
+            else "its step from its own kernels' bytes")
+    return [f"{flags.seen_flags['optim']} {optim}: its optimizer states priced as AdamW's, {step}"]
+
+
 def trainer_warnings(flags: FlagValues) -> list[str]:
     """--torch_compile (Inductor fuses the model's kernels; priced as eager PyTorch); --ddp_find_unused_parameters
     True (DDP walks the autograd graph after every forward, torch/nn/parallel/distributed.py prepare_for_backward);
@@ -45,11 +60,7 @@ def trainer_warnings(flags: FlagValues) -> list[str]:
     if flags.get("ddp_find_unused_parameters"):
         out.append(f"{flags.seen_flags['ddp_find_unused_parameters']} True: DDP's search of the autograd graph for "
                    "unused parameters after every forward is not timed")
-    optim = flags.get("optim")
-    if optim is not None and optim not in ADAM_OPTIMS:
-        step = "its step from its own kernels' bytes" if optim in TRAINER_OPTIM_IMPLS else \
-            "its step as a fused AdamW's (28 B per parameter)"
-        out.append(f"{flags.seen_flags['optim']} {optim}: its optimizer states priced as AdamW's, {step}")
+    out += optim_warnings(flags)
     if flags.get("auto_find_batch_size"):
         out.append(f"{flags.seen_flags['auto_find_batch_size']}: priced at the starting per-device batch; after an "
                    "out-of-memory error the Trainer retries with a smaller one (accelerate find_executable_batch_size)")

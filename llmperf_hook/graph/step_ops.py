@@ -331,7 +331,8 @@ rows: 20.8 ms, 87 B against 80)."""
 TORCH_STEP_ACCESSES = {"fused": 7, "sgd": 3}
 """fused=True: one kernel reading param, grad, m, v and writing param, m, v (7 accesses; its weight decay in-kernel).
 torch.optim.SGD without momentum (the Trainer's --optim sgd passes only lr): param.add_(grad, alpha=-lr), read 2,
-write 1 (torch/optim/sgd.py _multi_tensor_sgd; weight decay adds _foreach_add of the params to the grads, ignored)."""
+write 1 (torch/optim/sgd.py _multi_tensor_sgd); with weight decay (the Trainer's --weight_decay group) it first adds
+the params into new gradients, _foreach_add(grads, params, alpha=wd), the "l2" pass of TORCH_WEIGHT_DECAY_ACCESSES."""
 ADAM_8BIT_BYTES_PER_PARAM = {4: 15.0, 2: 9.0}
 """bitsandbytes' 8-bit AdamW (optim/adamw.py AdamW8bit, optimizer_update_8bit_blockwise: one kernel per tensor) by
 the parameter's bytes: read param, grad and the two uint8 states, write param and the states: 3 x 4 + 3 x 1 = 15
@@ -343,6 +344,9 @@ def torch_step_bytes_per_param(impl: str, weight_decay: str, elem_bytes: int) ->
     """Bytes per parameter of a torch.optim (or bitsandbytes) step over `elem_bytes`-wide parameters and states."""
     if impl == "adam_8bit":
         return ADAM_8BIT_BYTES_PER_PARAM[elem_bytes]
+    if impl == "sgd":
+        decay = TORCH_WEIGHT_DECAY_ACCESSES["l2"] if weight_decay != "none" else 0
+        return float((TORCH_STEP_ACCESSES["sgd"] + decay) * elem_bytes)
     if impl in TORCH_STEP_ACCESSES:
         return float(TORCH_STEP_ACCESSES[impl] * elem_bytes)
     return float((TORCH_ADAM_FOREACH_ACCESSES + TORCH_WEIGHT_DECAY_ACCESSES.get(weight_decay, 2)) * elem_bytes)

@@ -3,7 +3,7 @@
 A profile's optimizer regressor answers "the Adam its samples timed, over p parameters" (features._optimizer
 normalises every step to one fixed roofline, so the op's own bytes never reach it): `llmperf profile` times an fp32
 torch.optim.Adam (profile_io.SAMPLER_ADAM_BYTES_PER_PARAM, 72 B per parameter), while a job steps Megatron's or
-DeepSpeed's fused Adam (30 B), torch AdamW over its 16-bit model (40 B) or over an fp32 partition (80 B)
+DeepSpeed's fused Adam (28 B), torch AdamW over its 16-bit model (40 B) or over an fp32 partition (80 B)
 (graph/step_ops.adam_bytes_per_param). The step streams memory, so its time scales with the bytes it moves:
 
     t = regressor(p) x (op bytes per parameter) / (sampled bytes per parameter)

@@ -29,6 +29,9 @@ ENV = {"PATH": "/usr/bin"}
     ("torch.optim.Adam(model.parameters(), weight_decay=args.wd)", "l2"),  # computed: taken as on
     ("torch.optim.AdamW([{'params': a, 'weight_decay': 0.1}, {'params': b, 'weight_decay': 0.0}])", "decoupled"),
     ("torch.optim.AdamW([{'params': a, 'weight_decay': 0.0}, {'params': b, 'weight_decay': 0.0}])", "none"),
+    # a group without its own weight_decay takes the optimizer's: AdamW's default 1e-2, or the keyword
+    ("torch.optim.AdamW([{'params': a}, {'params': b, 'weight_decay': 0.0}])", "decoupled"),
+    ("torch.optim.AdamW([{'params': a}, {'params': b, 'weight_decay': 0.0}], weight_decay=0.0)", "none"),
 ])
 def test_call_weight_decay(code: str, kind: str) -> None:
     call = ast.parse(code).body[0].value

@@ -24,7 +24,8 @@ def test_ddp_bucket_cap_is_priced() -> None:
     (["--torch_compile"], "--torch_compile: torch.compile's fused kernels priced as eager"),
     (["--torch_compile", "True"], "--torch_compile: torch.compile's fused kernels"),
     (["--ddp_find_unused_parameters", "True"], "--ddp_find_unused_parameters True: DDP's search"),
-    (["--optim", "adamw_bnb_8bit"], "--optim adamw_bnb_8bit: its optimizer states priced as AdamW's, its step from its own"),
+    (["--optim", "adamw_bnb_8bit"], "--optim adamw_bnb_8bit: its optimizer states priced as AdamW's, its step from its "
+                                    "kernel's arguments (15 B per fp32 parameter, not measured)"),
     (["--optim", "adafactor"], "--optim adafactor: its optimizer states"),
 ])
 def test_trainer_flag_warns(extra: list[str], expected: str) -> None:
@@ -39,8 +40,11 @@ def test_trainer_defaults_are_silent(extra: list[str]) -> None:
 
 
 def test_deepspeed_replaces_ddp_and_optim(tmp_path: Path) -> None:
+    """--optim is replaced only by a ds_config optimizer section: without one DeepSpeed steps the Trainer's own
+    (transformers deepspeed_optim_sched; tests/frameworks/test_trainer_optimizer.py)."""
     ds = tmp_path / "ds.json"
-    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}))
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2},
+                              "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}))
     cfg = script([*HF, "--deepspeed", str(ds), "--optim", "adafactor", "--ddp_bucket_cap_mb", "100"], model="llama2-7b")
     assert not any(w.startswith("--optim") for w in cfg.warnings)
     assert cfg.optimizer.grad_bucket_size_elems != 100 * 2**20 // 4

@@ -24,6 +24,7 @@ HF = ["torchrun", "--nproc-per-node", "8", "train.py", "--model_name_or_path", "
     (["--optim", "adamw_torch_fused", "--weight_decay", "0.1"], 28.0),
     (["--optim", "adamw_apex_fused"], 28.0),
     (["--optim", "sgd"], 12.0),
+    (["--optim", "sgd", "--weight_decay", "0.1"], 24.0),  # _foreach_add(grads, params) first: read 2, write 1
     (["--optim", "adamw_bnb_8bit"], 15.0),
 ])
 def test_optim_prices_its_step(extra: list[str], nbytes: float) -> None:
@@ -59,3 +60,15 @@ def test_a_section_replaces_optim(tmp_path: Path) -> None:
     cfg = _hf_deepspeed(tmp_path, optimizer={"type": "AdamW", "params": {"lr": "auto"}})
     assert cfg.optimizer.torch_optimizer_impl == ""  # DeepSpeed's FusedAdam
     assert adam_bytes_per_param(cfg) == (28, "fp32")
+
+
+def test_deepspeed_without_a_section_warns_of_an_optim_it_does_not_price(tmp_path: Path) -> None:
+    """DeepSpeed steps the Trainer's Adafactor there (transformers deepspeed_optim_sched): priced as the fused Adam,
+    and said so; a section replaces --optim, so it goes unsaid."""
+    ds = tmp_path / "ds.json"
+    for section in ({}, {"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}):
+        ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2},
+                                  "bf16": {"enabled": "auto"}, **section}))
+        cfg = script([*HF, "--deepspeed", str(ds), "--optim", "adafactor"], model="llama2-7b")
+        warned = [w for w in cfg.warnings if w.startswith("--optim adafactor") and "fused AdamW" in w]
+        assert bool(warned) == (not section), cfg.warnings
