@@ -22,8 +22,8 @@ def test_every_breakdown_key_of_compose_lands_in_its_part() -> None:
     bench = _bench()
     breakdown = {"compute": 6.0, "recompute": 2.0, "comm_tp": 1.0, "comm_cp": 0.5, "pipeline_bubble": 1.5,
                  "pipeline_p2p": 0.25, "comm_pp_gather": 0.25, "comm_dp_grad": 0.5, "comm_param_gather": 0.25,
-                 "comm_embedding_grad": 0.25, "optimizer": 1.0, "host_overhead": 0.25, "host_zero3_hooks": 0.25,
-                 "calibration": 6.0}
+                 "comm_embedding_grad": 0.25, "optimizer": 1.0, "host_overhead": 0.25, "host_zero3_hooks": 0.125,
+                 "host_optimizer_step": 0.125, "calibration": 6.0}
     shares = bench.part_shares(breakdown)
     assert sum(shares.values()) == pytest.approx(1.0)
     assert shares["compute"] == pytest.approx(8 / 20) and shares["in-layer comm"] == pytest.approx(1.5 / 20)

@@ -41,6 +41,10 @@ def test_cost_terms_are_split_by_dtype_ranks_and_zero_stage() -> None:
     recomputed = cost_shares({**Z1_2R, "compute": 0.015, "recompute": 0.005}, _config("bf16"))
     assert [t for t, _ in recomputed] == [t for t, _ in bf16]  # the same forward ops again: the compute term
     assert [v for _, v in recomputed] == pytest.approx([v for _, v in bf16])
+    # the step's host wait (compose._breakdown host_optimizer_step) is the same engine's: the optimizer term
+    split = cost_shares({**Z1_2R, "optimizer": 0.006, "host_optimizer_step": 0.002}, _config("bf16"))
+    assert [t for t, _ in split] == [t for t, _ in bf16]
+    assert [v for _, v in split] == pytest.approx([v for _, v in bf16])
 
 
 def test_without_mix_evidence_the_conditional_is_the_shrinkage_of_one_run() -> None:
