@@ -201,7 +201,8 @@ class ShellVariables:
         elif not match.group(2):
             self.unknown_heads.discard(name)
             self.undecidable.discard(name)
-        self.arrays[name] = (self.arrays.get(name, []) if match.group(2) else []) + elements
+        held = self.arrays.get(name, [self.env[name]] if name in self.env else [])  # `X=a; X+=(b)`: (a b)
+        self.arrays[name] = (held if match.group(2) else []) + elements
         return True
 
     def word_value(self, name: str) -> str | None:

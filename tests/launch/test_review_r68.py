@@ -42,6 +42,9 @@ NOUNSET = {  # bash 5.2.15 with `set -u`, each line after `set -u` and `NP=2`
     "background_job_in_a_loop": "for i in 1; do sleep 0 & done\necho $!",
     "coprocess": "coproc sleep 0\necho $!",
     "background_pid_in_a_function_called_before_any_job": "f() { echo $!; }\nf",
+    "plain_variable_appended_as_an_array": "X=a\nX+=(b)\necho ${X[1]}",
+    "element_assigned_to_a_plain_variable": "X=a\nX[1]=b\necho ${X[1]}",
+    "array_from_a_local_in_a_function": "f() { local -a L=(a b); echo ${L[1]}; }\nf",
 }
 
 
@@ -59,6 +62,7 @@ WORDS = {  # the launch's words as bash makes them, with the script's arguments 
     "escaped_braces": (T + " \\{a,b\\} a\\{1..2\\}", []),
     "all_arguments_within_words_three": (T + " \"$@\"x x\"$@\" --y=\"$@\"", ["a", "b c", "d"]),
     "star_quoted_within_words": (T + " \"$*\" \"x$*y\" x\"$*\"", ["a", "b c"]),
+    "plain_variable_appended_as_an_array": ("X=a\nX+=(b)\n" + T + " \"${X[@]}\" $X", []),
 }
 
 
