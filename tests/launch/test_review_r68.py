@@ -45,6 +45,10 @@ NOUNSET = {  # bash 5.2.15 with `set -u`, each line after `set -u` and `NP=2`
     "plain_variable_appended_as_an_array": "X=a\nX+=(b)\necho ${X[1]}",
     "element_assigned_to_a_plain_variable": "X=a\nX[1]=b\necho ${X[1]}",
     "array_from_a_local_in_a_function": "f() { local -a L=(a b); echo ${L[1]}; }\nf",
+    "array_of_a_pattern_split": "CSV=a,b\nA=(${CSV//,/ })\necho ${A[1]}",
+    "element_appended_at_the_count": "A=(x)\nA[${#A[@]}]=y\necho ${A[1]}",
+    "array_of_an_unknown_array_and_more": "B=($(seq 2))\nA=(\"${B[@]}\" z)\necho ${A[2]}",
+    "array_sliced": "A=(x y z)\nA=(\"${A[@]:1}\")\necho ${A[1]}",
 }
 
 
