@@ -55,6 +55,8 @@ def test_tune_says_what_predict_says_of_its_cost_model(tmp_path: Path, monkeypat
     assert missing in notes  # word for word as predict says it, once
     mfu = [n for n in notes if "predicted MFU" in n]
     assert len(mfu) == 1 and mfu[0].startswith("your command and ") and "above 100 % of cpu-x's measured peak" in mfu[0]
+    predict_mfu = next(line.split("warning: ", 1)[1] for line in predicted.splitlines() if "predicted MFU" in line)
+    assert mfu[0].split(": ", 1)[1] == predict_mfu  # your command's row is the highest: predict's words for it
 
 
 def test_refine_of_a_folder_that_is_no_run_says_so(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -110,6 +112,9 @@ def test_a_killed_session_is_said_ended_and_its_id_claim_released_by_refine(tmp_
         except ProcessLookupError:
             break
         time.sleep(0.2)
+    else:  # not left running past the test
+        os.kill(child, signal.SIGKILL)
+        pytest.fail(f"the orphaned job (pid {child}) did not end within 180 s")
     assert (home / "job_ids" / "slurm-4343").is_file()  # claimed at start, never refined
     monkeypatch.setenv("LLMPERF_HOME", str(home))
     code, out, err = run_cli(["refine", str(run)], capsys)

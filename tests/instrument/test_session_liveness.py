@@ -78,6 +78,25 @@ def test_a_running_session_keeps_its_node_file_fresh(tmp_path: Path) -> None:
     assert node_file.stat().st_mtime > time.time() - 60
 
 
+def test_llmperf_run_beats_while_its_job_runs_and_stops_once_it_ended(tmp_path: Path, monkeypatch) -> None:
+    """session.run_instrumented_job starts the heartbeat on its node file before the launch and stops it once the
+    job ended; without it another host counts the running session ended after STALE_AFTER_S."""
+    import sys
+
+    from llmperf_hook.instrument import session
+
+    marker, calls = tmp_path / "ran", []
+
+    def recording(node_file: Path) -> object:
+        calls.append(("start", node_file.is_file(), marker.exists()))
+        return lambda: calls.append(("stop", marker.exists()))
+    monkeypatch.setattr(session, "heartbeat", recording)
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    session.run_instrumented([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], env=dict(os.environ), steps=1,
+                             run_dir=str(tmp_path / "run"))
+    assert calls == [("start", True, False), ("stop", True)]
+
+
 def test_a_heartbeat_without_a_thread_leaves_the_job_alone(tmp_path: Path, monkeypatch) -> None:
     """`llmperf run` starts the heartbeat just before it launches the job: a process out of threads must still run
     the job (the hook and launcher never break it), not stop with a traceback."""
