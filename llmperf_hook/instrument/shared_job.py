@@ -126,11 +126,12 @@ def option_value(argv: Sequence[str], names: Sequence[str]) -> str | None:
 
 
 def launch_part(env: Mapping[str, str], argv: Sequence[str]) -> str | None:
-    """Which part of the launch this session is (`SLURM_PROCID=3`, `--node-rank=1`), None when nothing says."""
+    """Which part of the launch this session is (`SLURM_PROCID=3`, `--node-rank=1`), None when nothing says.
+    torchrun takes an absent --node-rank from PET_NODE_RANK (torch/distributed/argparse_util.py `env`)."""
     for variable in PART_VARIABLES:
         if env.get(variable, "").strip():
             return f"{variable}={env[variable].strip()}"
-    node_rank = option_value(argv, NODE_RANK_OPTIONS)
+    node_rank = option_value(argv, NODE_RANK_OPTIONS) or env.get("PET_NODE_RANK", "").strip() or None
     return f"--node-rank={node_rank}" if node_rank is not None else None
 
 

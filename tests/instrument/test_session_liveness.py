@@ -153,6 +153,16 @@ def test_deepspeed_no_ssh_nodes_record_one_job_and_the_next_launch_another(tmp_p
     assert (again.job_id, again.joined) == ("deepspeed-10.0.0.1-29500-2", False)
 
 
+def test_torchrun_nodes_ranked_by_pet_node_rank_on_one_host_record_one_job(tmp_path: Path) -> None:
+    """Two static torchrun nodes given their rank by PET_NODE_RANK (run.py's env fallback for --node-rank) on one host:
+    both were the part `host=<this host>`, so the second took `-2` (two partial jobs) instead of joining."""
+    store, node = tmp_path / "store.sqlite", ["torchrun", "--nnodes", "2", "--master-addr", "n1", "t.py"]
+    first, second = ({"PET_NODE_RANK": rank} for rank in ("0", "1"))
+    one = start_or_join(tmp_path, "own-1", shared_job_id(first, node), node, first, SETTINGS, store)
+    two = start_or_join(tmp_path, "own-2", shared_job_id(second, node), node, second, SETTINGS, store)
+    assert (one.job_id, two.job_id, two.joined) == ("torchrun-n1-29500", "torchrun-n1-29500", True)
+
+
 def _store_with(store: Path, job_id: str, run_dir: Path) -> None:
     with sqlite3.connect(store) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS refine_runs (job_id TEXT PRIMARY KEY, run_dir TEXT)")
