@@ -94,3 +94,22 @@ def test_a_parameter_expansion_is_no_brace_expression(word: str) -> None:
 def test_zero_padding_and_steps_as_bash(word: str) -> None:
     printed = subprocess.run(["bash", "-c", f"printf '<%s>' {word}"], capture_output=True, text=True, check=True)
     assert "".join(f"<{w}>" for w in brace_expand(word) or []) == printed.stdout, word
+
+
+NO_CFG = "[ -f cfg ]"  # a file test llmperf does not decide; false where bash runs the script
+BRANCHES = {  # undecided `if`s whose every way past the `fi` agrees: priced as bash launches
+    "both_branches_agree": f"if {NO_CFG}; then NP=4; else NP=4; fi\n" + T,
+    "inner_branches_agree_with_the_outer_else": f"if {NO_CFG}; then\n  if [ -f b ]; then NP=4; else NP=4; fi\n"
+                                                "else\n  NP=4\nfi\n" + T,
+    "only_the_else_goes_on": f"if {NO_CFG}; then NP=4; exit 1; else NP=8; fi\n" + T,
+    "elif_chain_of_exits": f"if {NO_CFG}; then exit 1; elif [ -f b ]; then NP=1; exit 2; else NP=8; fi\n" + T,
+    "array_of_the_branch_that_goes_on": f"A=(--lr 1)\nif {NO_CFG}; then A+=(--x); exit 1; else A+=(--y); fi\n"
+                                        + T + " \"${A[@]}\"",
+    "value_before_the_if_read_in_the_elif_branch": f"M=3\nif {NO_CFG}; then M=5; exit 1\nelif [ -d . ]; then NP=$M\n"
+                                                   "else exit 1\nfi\n" + T,
+}
+
+
+@pytest.mark.parametrize("name", BRANCHES)
+def test_undecided_branches_that_agree(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, "NP=2\n" + BRANCHES[name] + "\n", tmp_path, monkeypatch)
