@@ -15,6 +15,7 @@ parser's `set_defaults(...)` calls change it, any literal (`default=-1`); _names
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -45,13 +46,22 @@ def own_parser_default(script: str, option: str, exact: bool = False) -> ScriptD
     if tree is None or not parses_its_own_flags(tree):
         return None
     dest = option.lstrip("-").replace("-", "_")  # `--max-position-embeddings`, `--max_position_embeddings` alike
-    functions, defined = _enclosing_functions(tree)
-    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call) and
-                    isinstance(node.func, ast.Attribute) and node.func.attr in ("add_argument", "set_defaults")),
-                   key=_run_order(tree, functions, defined))  # the order the parser-building code runs them
+    calls, functions = _parser_calls(tree)
     if exact and not any(option in _option_strings(call) for call in calls if call.func.attr == "add_argument"):
         return ScriptDefault(False, None, True)
     return _namespace_default(calls, dest, functions)
+
+
+@functools.lru_cache(maxsize=32)
+def _parser_calls(tree: ast.Module) -> tuple[tuple[ast.Call, ...], dict[int, int]]:
+    """The tree's `add_argument` / `set_defaults` calls in the order the script runs them (_run_order), and the function
+    around each call (_enclosing_functions); cached per tree, which script_tree shares per file content (a predict asks
+    for a dozen dests)."""
+    functions, defined = _enclosing_functions(tree)
+    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call) and
+                    isinstance(node.func, ast.Attribute) and node.func.attr in ("add_argument", "set_defaults")),
+                   key=_run_order(tree, functions, defined))
+    return tuple(calls), functions
 
 
 _DEF = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -95,7 +105,7 @@ def _run_order(tree: ast.AST, functions: dict[int, int], defined: dict[int, ast.
     return key
 
 
-def _namespace_default(calls: list[ast.Call], dest: str, functions: dict[int, int]) -> ScriptDefault:
+def _namespace_default(calls: tuple[ast.Call, ...], dest: str, functions: dict[int, int]) -> ScriptDefault:
     """What `parse_args` leaves in `dest` when the command gives none of its options, from the parser's
     `add_argument` / `set_defaults` calls in source order (Lib/argparse.py, CPython 3.11): an option's dest is its
     `dest=`, else its first long option string without the dashes, `-` made `_` (_get_optional_kwargs);
