@@ -107,8 +107,8 @@ def _run_order(tree: ast.AST, functions: dict[int, int], defined: dict[int, ast.
 
 def _namespace_default(calls: tuple[ast.Call, ...], dest: str, functions: dict[int, int]) -> ScriptDefault:
     """What `parse_args` leaves in `dest` when the command gives none of its options, from the parser's
-    `add_argument` / `set_defaults` calls in source order (Lib/argparse.py, CPython 3.11): an option's dest is its
-    `dest=`, else its first long option string without the dashes, `-` made `_` (_get_optional_kwargs);
+    `add_argument` / `set_defaults` calls as they run (_run_order; Lib/argparse.py, CPython 3.11): an option's dest is
+    its `dest=`, else its first long option string without the dashes, `-` made `_` (_get_optional_kwargs);
     `set_defaults(NAME=V)` sets the default of every option of dest NAME added before it and becomes the default of
     one added after it without `default=` (set_defaults, _add_action's `if 'default' not in kwargs`), and gives NAME
     that value where no option stores it (parse_known_args: 'add any parser defaults that aren't present'); of two
