@@ -161,12 +161,9 @@ def home_cluster(hardware: str) -> str | None:
     several are (a100-sxm4-80gb: dgx-a100, not perlmutter or vtrain-a100); None for a GPU no preset holds. With
     --hardware alone the job runs on that GPU's own nodes: DEFAULT_CLUSTER's NVLink 4 (450 GB/s per direction) and
     host would be wrong for an A100 node (NVLink 3, 300 GB/s)."""
-    import yaml
-
     from llmperf_hook.resources import configs_dir
 
-    names = sorted(p.stem for p in (configs_dir() / "clusters").glob("*.yaml")
-                   if (yaml.safe_load(p.read_text()) or {}).get("gpu") == hardware)
+    names = sorted(p.stem for p in _cluster_files_of(configs_dir() / "clusters", hardware))
     dgx = [n for n in names if n.startswith("dgx-")]
     return dgx[0] if dgx else names[0] if len(names) == 1 else None
 
@@ -177,19 +174,26 @@ def measured_clusters(hardware: str) -> list[Path]:
     one assumed, the others named in its note); [] when there is none. For hardware no shipped cluster holds (a CPU
     or GPU profile of the user's own): the measured network of that machine, not DEFAULT_CLUSTER's NVLink with the
     hardware swapped in."""
-    import yaml
-
     from llmperf_hook.resources import llmperf_home
 
+    found = _cluster_files_of(llmperf_home() / "clusters", hardware)
+    return sorted(found, key=lambda path: (path.stat().st_mtime, path), reverse=True)
+
+
+def _cluster_files_of(folder: Path, hardware: str) -> list[Path]:
+    """Cluster YAML files in `folder` whose `gpu:` is `hardware` (case-insensitive); an unreadable file is skipped
+    here and reported when it is named with --cluster."""
+    import yaml
+
     found = []
-    for path in (llmperf_home() / "clusters").glob("*.y*ml"):
+    for path in folder.glob("*.y*ml"):
         try:
             doc = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError):
-            continue  # an unreadable file is reported when it is named with --cluster, not here
+            continue
         if isinstance(doc, dict) and str(doc.get("gpu", "")).lower() == hardware.lower():
-            found.append((path.stat().st_mtime, path))
-    return [path for _, path in sorted(found, reverse=True)]
+            found.append(path)
+    return found
 
 
 def _preset_name(name: str) -> str:
