@@ -62,7 +62,7 @@ from llmperf_hook.launch.subshell_state import end_subshell, forked_state
 from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, end_branch, launch_words,
                                                     note_array_assigned, note_branch_values, settle_branches,
                                                     start_branches)
-from llmperf_hook.launch.undecided_options import argument_options, undecided_options
+from llmperf_hook.launch.undecided_options import argument_options, option_index, undecided_options
 
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
@@ -578,10 +578,11 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 if run.sweep and len(run.sweep[1]) > 1 else ()
             words, left, settled = launch_words(run.words, self.unknown_at, self.undecidable, self.branch_values)
             warnings += settled + tuple(dict.fromkeys(self.notes))
-            missing = {where: argument_options(n, text, self.texts)
+            index = option_index(self.texts)
+            missing = {where: argument_options(n, text, index)
                        for n, (where, text) in sorted(self.missing_arguments.items())}
             return ScriptLaunch(words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),
-                                undecided_options(self.undecided, self.texts), left, missing)
+                                undecided_options(self.undecided, index), left, missing)
         listed = "; ".join(f"{run.where}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"
