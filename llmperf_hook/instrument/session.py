@@ -438,7 +438,9 @@ def _refine_quietly(run_dir: Path, job_id: str) -> None:
         report = refine_run(run_dir, job_ids=(job_id,))
         if report.jobs:  # else the job wrote no record: _record_end said so
             print(render_refine_report(report), file=sys.stderr)
-        release_claims(Path(report.store_path))  # this job's claim, now that the store holds it; older finished ones
+        # this job's claim only, now that the store holds it: the sweep of every claim (other run directories, some
+        # maybe on a dead mount) is `llmperf refine`'s
+        release_claims(Path(report.store_path), job_ids=(job_id,))
     except UsageError as err:  # nothing to refine (the job never reached an optimizer step): rerunning won't help
         print(f"llmperf: nothing refined: {err}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - the job's exit code is what matters here

@@ -48,11 +48,13 @@ import json
 import os
 import re
 import socket
+import sys
+import threading
 import time
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 SCHEDULER_IDS = (("SLURM_JOB_ID", "slurm", "SLURM_STEP_ID"), ("PBS_JOBID", "pbs", ""),
                  ("LSB_JOBID", "lsf", "LSB_JOBINDEX"), ("FLUX_JOB_ID", "flux", ""))
@@ -69,6 +71,10 @@ STALE_AFTER_S = 600.0
 """A session of another host without its end record that has not touched its node file for this long is ended
 (crashed, killed, or its node lost): ten heartbeats, well above an NFS client's attribute cache (acregmax 60 s by
 default, nfs(5)) and a hung mount's minute."""
+CLAIM_CHECK_S = 10.0
+"""How long release_claims waits for one claimed run directory (a stat and a read of its jobs/<id>/nodes/ files,
+milliseconds on a live mount) before it skips that folder: an NFS hard mount whose server is gone blocks every
+call on it (nfs(5): 'hard' retries indefinitely)."""
 
 
 @dataclass(frozen=True)
@@ -383,32 +389,63 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def release_claims(store_file: Path | None = None, now_s: float | None = None) -> list[str]:
+def release_claims(store_file: Path | None = None, now_s: float | None = None, job_ids: Collection[str] | None = None,
+                   limit_s: float = CLAIM_CHECK_S) -> list[str]:
     """Remove the job-id claims beside the store that are provably finished (module docstring: the rule); the ids
-    whose claim was removed. Best effort: nothing here may fail a refine."""
-    import sqlite3
-
+    whose claim was removed. `job_ids`: only those claims (a session releases its own job's: its sweep of every
+    claim stat-ed other run directories, and one on a dead hard NFS mount hung `llmperf run` after its job had
+    ended); None: every claim (`llmperf refine`). A run directory that does not answer within `limit_s` is skipped,
+    with its other claims, and said on stderr. Best effort: nothing here may fail a refine."""
     try:
         if store_file is None:
             from llmperf_hook.store import default_store_path
 
             store_file = default_store_path()
-        claims = sorted((store_file.parent / "job_ids").iterdir())
+        claims = sorted(c for c in (store_file.parent / "job_ids").iterdir() if job_ids is None or c.name in job_ids)
     except (OSError, ImportError):
         return []
     now_s = time.time() if now_s is None else now_s
-    released = []
+    released: list[str] = []
+    silent: set[str] = set()
     for claim in claims:
         try:
             host, _, run_dir = claim.read_text().strip().partition(":")
-            job_dir = Path(run_dir) / "jobs" / claim.name
-            if _claim_finished(claim.name, host, Path(run_dir), now_s - claim.stat().st_mtime) and (
-                    not job_dir.exists() or _refined_from(store_file, claim.name, run_dir)):
-                claim.unlink()
-                released.append(claim.name)
-        except (OSError, ValueError, sqlite3.Error):
+        except OSError:
             continue
+        if run_dir in silent:
+            continue
+        if not _within(limit_s, _release_one, claim, host, run_dir, store_file, now_s, released):
+            silent.add(run_dir)
+            print(f"llmperf: warning: the claim of job id {claim.name} was not checked: its run directory {run_dir} "
+                  f"did not answer within {limit_s:g} s (a hung network mount?); its claims stay, and a later "
+                  "`llmperf refine` checks them again", file=sys.stderr)
     return released
+
+
+def _within(limit_s: float, fn: Callable[..., None], *args: Any) -> bool:
+    """Run fn(*args) on a daemon thread; False when it has not returned within limit_s (it goes on unwaited: a call
+    stuck on a hung mount cannot be interrupted, and a daemon thread does not hold the process's exit)."""
+    worker = threading.Thread(target=fn, args=args, daemon=True, name="llmperf-claim-check")
+    try:
+        worker.start()
+    except RuntimeError:  # no thread to be had: check it here, unbounded, as before
+        fn(*args)
+        return True
+    worker.join(limit_s)
+    return not worker.is_alive()
+
+
+def _release_one(claim: Path, host: str, run_dir: str, store_file: Path, now_s: float, released: list[str]) -> None:
+    import sqlite3
+
+    try:
+        job_dir = Path(run_dir) / "jobs" / claim.name
+        if _claim_finished(claim.name, host, Path(run_dir), now_s - claim.stat().st_mtime) and (
+                not job_dir.exists() or _refined_from(store_file, claim.name, run_dir)):
+            claim.unlink()
+            released.append(claim.name)
+    except (OSError, ValueError, sqlite3.Error):
+        pass
 
 
 def _claim_finished(job_id: str, host: str, run_dir: Path, age_s: float) -> bool:

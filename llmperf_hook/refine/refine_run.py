@@ -162,6 +162,9 @@ def refine_run(run_dir: str | Path, *, hardware: str | None = None, cluster: str
 def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster: str | None,
                 framework: str | None) -> JobRefinement:
     job = summarize_job(run.records, job_id)
+    elsewhere = stored_elsewhere(conn, job_id, run.path)
+    if elsewhere:
+        return JobRefinement(job, None, None, None, None, None, notes=(elsewhere,))
     prediction = run.prediction_for(job_id)
     key = calibration_key(prediction, job, hardware, cluster, framework)
     shown, raw = uncalibrated_prediction_s(prediction)
@@ -234,6 +237,28 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     after = calibration.apply(raw, fingerprint, shares, job.world_size) if calibration and raw else None
     return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes),
                          fingerprint=fingerprint, contended=contended)
+
+
+def stored_elsewhere(conn: Any, job_id: str, run_dir: str) -> str:
+    """Why this job is not stored, or "": the store holds a run of the same job id from another run directory that
+    still exists (refine_runs is keyed on the job id: INSERT OR REPLACE would drop that run's row, steps and op
+    samples). Launch-derived ids (`slurm-N`, `torchrun-<endpoint>`) recur; start_or_join's claims keep two jobs apart,
+    and this makes any hole in them loud instead of a silent loss. A stored run directory that is gone is taken as
+    moved here (or removed: nothing else can refine it) and replaced as before; a relative one (`llmperf refine x`
+    from a cwd unknown now) cannot be compared and is replaced as before too."""
+    row = conn.execute("SELECT run_dir FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()
+    stored = Path(str(row[0])) if row is not None and row[0] else None
+    if stored is None or str(stored) == str(run_dir) or not stored.is_absolute():  # relative: to a cwd unknown now
+        return ""
+    try:
+        if os.path.samefile(stored, run_dir):  # one folder named two ways (`refine x`, `refine /w/x`)
+            return ""
+    except OSError:  # the stored folder is gone (or unreadable): moved here, or removed
+        return ""
+    return (f"not stored: the store already holds job {job_id} from another run directory, {stored}, which still "
+            f"exists, and refining this one would replace that run (the store keeps one run per job id). Nothing was "
+            f"changed. If this folder is a copy of that one, its run is stored already; if it is another job, move "
+            f"or remove {stored} and refine this folder again")
 
 
 def _leave_earlier_key(conn: Any, earlier: tuple[str, str, str] | None, calibration: Calibration | None) -> list[str]:
