@@ -1,7 +1,12 @@
 """Speed of the predict path (prints its figures).
 
 1. `llmperf predict` of GPT-3 175B on 1,024 A100 (TP 8, PP 16, DP 8, 192 micro-batches): whole process wall
-   time and CPU time, medians of 10 runs (target < 0.5 s), and whether torch got imported (must not).
+   time and CPU time, medians of 10 runs (target < 0.5 s), and whether torch got imported (must not); the child's
+   CPU split into interpreter start-up, imports (cli, commands.predict, api) and the command's own run.
+   Bytecode as an installed llmperf has it: the children compile into a temporary PYTHONPYCACHEPREFIX once (an
+   uncounted first run), whatever PYTHONDONTWRITEBYTECODE says. Without that, each module edited since its .pyc was
+   written (or every module of a `git archive` copy) is compiled again in every run: ~0.2-0.3 s of CPU of a
+   process that costs ~0.45 s, and the spread of the figures taken so (H193).
 2. `llmperf predict --batch FILE --format json` over 400 varied commands: commands per second (target >= 200).
 3. `api.predict_config` alone: median milliseconds per call for the GPT-3 case (what `tune` pays per candidate).
 Run with one thread: OMP_NUM_THREADS=1 python benchmarks/bench_predict_speed.py
@@ -24,8 +29,13 @@ GPT3 = ("torchrun --nnodes 128 --nproc-per-node 8 pretrain_gpt.py --num-layers 9
         "--num-attention-heads 96 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
         "--global-batch-size 1536 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 "
         "--sequence-parallel --recompute-granularity selective --use-distributed-optimizer --bf16 --vocab-size 51200")
-PROBE = ("import sys, runpy\nsys.argv = ['llmperf'] + sys.argv[1:]\nfrom llmperf_hook.cli import main\n"
-         "try:\n    main()\nfinally:\n    sys.stderr.write('TORCH=%s\\n' % ('torch' in sys.modules))\n")
+PROBE = ("import sys, time\nstart_s = time.process_time()\nsys.argv = ['llmperf'] + sys.argv[1:]\n"
+         "from llmperf_hook.cli import main\nimport llmperf_hook.commands.predict, llmperf_hook.api\n"
+         "imports_s = time.process_time() - start_s\n"
+         "try:\n    main()\nfinally:\n    sys.stderr.write('TORCH=%s\\nCPU_SPLIT=%r %r\\n' % ('torch' in sys.modules, "
+         "start_s, imports_s))\n")
+"""Runs `llmperf ARGS` in the child and reports on stderr whether torch got imported and the CPU seconds spent
+before its first line (interpreter and site start-up) and on importing the predict path's main modules."""
 
 
 def _child_cpu_s() -> float:
@@ -36,18 +46,26 @@ def _child_cpu_s() -> float:
 WHOLE_PROCESS_RUNS = 10
 
 
-def whole_process_s(runs: int = WHOLE_PROCESS_RUNS) -> tuple[float, float, bool]:
-    """(median wall s, median CPU s of the child, torch imported?) of a whole `llmperf predict` process."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    walls, cpus, torch_loaded = [], [], False
-    for _ in range(runs):
-        start, cpu0 = time.perf_counter(), _child_cpu_s()
-        out = subprocess.run([sys.executable, "-c", PROBE, "predict", "--cluster", "dgx-a100", "--format", "json", "--",
-                              *GPT3.split()], capture_output=True, text=True, env=env, check=True)
-        walls.append(time.perf_counter() - start)
-        cpus.append(_child_cpu_s() - cpu0)
-        torch_loaded |= "TORCH=True" in out.stderr
-    return statistics.median(walls), statistics.median(cpus), torch_loaded
+def whole_process_s(runs: int = WHOLE_PROCESS_RUNS) -> tuple[float, float, bool, tuple[float, float]]:
+    """(median wall s, median CPU s of the child, torch imported?, (median start-up CPU s, median import CPU s)) of
+    a whole `llmperf predict` process, after one uncounted run that writes the bytecode."""
+    with tempfile.TemporaryDirectory() as pycache:
+        env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "OMP_NUM_THREADS": "1",
+               "PYTHONPYCACHEPREFIX": pycache}
+        walls, cpus, splits, torch_loaded = [], [], [], False
+        for run in range(runs + 1):
+            start, cpu0 = time.perf_counter(), _child_cpu_s()
+            out = subprocess.run([sys.executable, "-c", PROBE, "predict", "--cluster", "dgx-a100", "--format", "json",
+                                  "--", *GPT3.split()], capture_output=True, text=True, env=env, check=True)
+            if run == 0:
+                continue
+            walls.append(time.perf_counter() - start)
+            cpus.append(_child_cpu_s() - cpu0)
+            torch_loaded |= "TORCH=True" in out.stderr
+            split = [ln for ln in out.stderr.splitlines() if ln.startswith("CPU_SPLIT=")][-1]
+            splits.append(tuple(float(v) for v in split[len("CPU_SPLIT="):].split()))
+    startup, imports = (statistics.median(part) for part in zip(*splits))
+    return statistics.median(walls), statistics.median(cpus), torch_loaded, (startup, imports)
 
 
 def batch_lines(n: int) -> list[str]:
@@ -98,9 +116,12 @@ def predict_config_ms(runs: int = 20) -> float:
 def main() -> None:
     print(f"machine load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores: wall times of a shared "
           f"machine stretch with load; CPU seconds of the child do not")
-    wall, cpu, torch_loaded = whole_process_s()
+    wall, cpu, torch_loaded, (startup, imports) = whole_process_s()
     print(f"llmperf predict GPT-3 175B on 1,024 GPUs: {wall:.3f} s wall, {cpu:.3f} s CPU, whole process (median of "
           f"{WHOLE_PROCESS_RUNS}; target < 0.5 s); torch imported: {torch_loaded}")
+    print(f"  of its CPU: {startup:.3f} s interpreter start-up, {imports:.3f} s importing cli, commands.predict and "
+          f"api (numpy, yaml, click with them), the rest ({cpu - startup - imports:.3f} s) the command itself with "
+          f"the modules it imports on the way")
     rate, cpu_rate = batch_rate()
     print(f"llmperf predict --batch (400 commands, json): {rate:.0f} commands/s wall, {cpu_rate:.0f} per CPU second "
           f"(target >= 200)")

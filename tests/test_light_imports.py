@@ -61,6 +61,28 @@ def test_plain_torchrun_predict_skips_the_shell_and_accelerate_readers() -> None
     assert '"step_time_s": ' in stdout  # the prediction itself was made
 
 
+OFF_PREDICT_PATH = ("llmperf_hook.profile.local_hardware", "llmperf_hook.profile.op_sampler", "llmperf_hook.tune",
+                    *(f"llmperf_hook.commands.{name}" for name in ("explain", "run", "tune", "profile", "validate",
+                                                                    "refine")))
+"""What `llmperf predict` of a plain command never needs (H193): the sampler's local_hardware (its
+shipped_hardware_names was imported to check a profile's name: fitted.py now looks for configs/hardware/NAME.yaml)
+with op_sampler, tune's search, and the other subcommands (cli.LazyGroup imports only the one invoked)."""
+
+
+def test_plain_torchrun_predict_skips_the_sampler_tune_and_other_subcommands() -> None:
+    loaded, stdout = _modules_after(_cli(["predict", "--cluster", "dgx-a100", "--format", "json"]), OFF_PREDICT_PATH)
+    assert loaded == []
+    assert '"gemm": "lightgbm:a100-sxm4-80gb"' in stdout  # priced by the shipped profile, whose name is checked
+
+
+def test_predict_help_skips_the_frameworks() -> None:
+    """`llmperf predict --help` (and a usage error) loads no frameworks/: commands/common.py imports JobOverrides
+    where it builds one."""
+    code = "from llmperf_hook.cli import main\ntry:\n    main(['predict', '--help'])\nexcept SystemExit:\n    pass"
+    loaded, stdout = _modules_after(code, ("llmperf_hook.frameworks.resolve", "llmperf_hook.api", "numpy"))
+    assert loaded == [] and "--cluster" in stdout
+
+
 def test_plain_torchrun_tune_skips_the_shell_and_accelerate_readers() -> None:
     """tune/apply.py (its change lists) loads sbatch's reader only for an sbatch command and accelerate's only for
     accelerate's jobs."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.frameworks.resolve import JobOverrides
+
+if TYPE_CHECKING:  # imported where used: `llmperf predict --help` and usage errors need no frameworks/ (~0.1 s)
+    from llmperf_hook.frameworks.resolve import JobOverrides
 
 
 def launch_argv(words: Sequence[str], verb: str) -> list[str]:
@@ -18,6 +20,8 @@ def launch_argv(words: Sequence[str], verb: str) -> list[str]:
 
 
 def overrides(nnodes: int | None, nproc_per_node: int | None, model: str | None) -> JobOverrides:
+    from llmperf_hook.frameworks.resolve import JobOverrides
+
     for name, value in (("--nnodes", nnodes), ("--nproc-per-node", nproc_per_node)):
         if value is not None and value < 1:
             raise UsageError(f"{name} {value} must be a positive integer (from the llmperf options).")
