@@ -64,7 +64,8 @@ def is_quoted_assignment(word: str) -> bool:
 
 
 def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
-                    unknown: AbstractSet[str] = frozenset(), assign: bool = False) -> str:
+                    unknown: AbstractSet[str] = frozenset(), assign: bool = False,
+                    unset: AbstractSet[str] = frozenset()) -> str:
     """Replace `$VAR` / `${VAR}` with env values (recording each in `used`), `${VAR:-default}` with the default when
     VAR is unset or empty (`${VAR-default}`: unset), `${VAR:+word}` with word when VAR is set and not empty, else
     nothing (`${VAR+word}`: set; bash manual 3.5.3); other unknown references stay as written, and so does every
@@ -72,7 +73,9 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
     or empty included (`${NP:-8}` after `NP=$(nvidia-smi -L | wc -l)` is not 8). With `assign` (the expansion of a
     command bash runs: `env` is the shell's own variables), `${VAR:=word}` / `${VAR=word}` also set VAR to the word, as
     bash does, so that a later `$VAR` reads it. `${VAR:?msg}` / `${VAR?msg}` give VAR's value; where bash would stop
-    the script instead they stay as written (script_stops refuses such a line)."""
+    the script instead they stay as written (script_stops refuses such a line). A plain `$VAR` of a name in `unset`
+    (surely unset: the script ran `unset VAR`) gives nothing, as in bash (3.5.3: an unset parameter expands to the
+    null string); any other stays as written, for the job's own environment may set it."""
     if "$" not in word:
         return word
     if "${!" in word:
@@ -98,10 +101,11 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
             return value
         if op and "?" not in op:  # ${VAR:-default} / ${VAR-default} / ${VAR:=default}: the default when VAR is unset
             return word_of(default, assigning)
-        return match.group(0)
+        return "" if not op and name in unset else match.group(0)
 
     def word_of(default: str, assigning: bool) -> str:  # the word expanded only where it is used: `${A:-${B}}` with
-        return unmark_braces(expand_env_refs(default, env, used, unknown, assigning).strip('"'))  # A set reads no B
+        inner = expand_env_refs(default, env, used, unknown, assigning, unset)  # A set reads no B
+        return unmark_braces(inner.strip('"'))
 
     return ENV_REF.sub(sub, text)
 

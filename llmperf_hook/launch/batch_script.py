@@ -78,6 +78,10 @@ _READS_INPUT = _WRITERS | {"sbatch"} | SHELLS
 """Commands whose here-document llmperf reads: a file's text, or the script sbatch or a shell reads."""
 
 
+_KEYWORDS = re.compile(r"^\s*(?:(?:then|else|do|if|elif|while|until|!|\{)\s+)+")
+"""The compound-command keywords a command may begin with (bash manual 3.2.5)."""
+
+
 @dataclass(kw_only=True)
 class _Reading(ShellVariables, FileWrites, BlockReading):
     """The state of one pass over the script (local to read_batch_script)."""
@@ -133,6 +137,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     """The names the script (and each file it sources) writes bare (script_stops.bare_names), which `set -u` spares."""
     unread_sources: bool = False
     """A file the script sources was not there to read: what it sets is not known (`set -u` refuses nothing then)."""
+    removed_surely: set[str] = field(default_factory=set)
+    """Those of `removed` whose `unset` surely ran (forget_removed): set -u refuses their `$NAME`."""
     loose_arrays: set[str] = field(default_factory=set)
     """Arrays assigned in a loop or `case` body read once, or given words only running expands (`A=($(ls))`, a glob):
     how many elements they hold only running tells, so `set -u` spares their elements (script_stops)."""
@@ -313,9 +319,11 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         end_branch(self.conditions, self, text)  # `else`: read from the values before the `if`
         unknown = set(self.undecidable)
         before = dict(self.env) if self.conditions.in_undecided_branch() or BRANCH_WORD.match(text) else None
+        removed = set(self.removed)
         try:
             self.simple_command(line, text)
         finally:
+            self.forget_removed(removed, text)
             start_branches(self.conditions, self)
             for name in self.undecidable - unknown:
                 self.unknown_at[name] = f"{self.where(line)} (`{line.text.strip()[:70]}`)"
@@ -324,6 +332,16 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             if before is not None:
                 note_branch_values(self.conditions, before, self.env, self.undecidable, fresh, self.where(line), text,
                                    settled)
+
+    def forget_removed(self, removed: set[str], text: str) -> None:
+        """Note what `unset` just removed surely (not `[ -f x ] && unset X`, nor in a branch: set -u refuses only
+        there), and drop each removed name the command may set in a way the reading does not follow (`read X`)."""
+        fresh = self.removed - removed
+        (self.removed_surely.update if self.conditions.surely else self.removed_surely.difference_update)(fresh)
+        if self.removed:
+            written = bare_names(_KEYWORDS.sub("", text))  # `then unset X` writes X no more than `unset X` does
+            self.removed -= written
+            self.removed_surely -= written
 
     def simple_command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
@@ -341,7 +359,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if "<<<" in text:
             text = HERE_STRING_REF.sub(r'<<< "\1"', text)
         self.split_refs.clear()
-        source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args(), self.undecidable)
+        source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args(), self.undecidable,
+                                      self.surely_unset() if self.removed else frozenset())
         try:  # inside `(( ))` a `>` or `<<` is an operator (bash manual 6.5), no redirection
             words, redirections = (shell_split(source), []) if source.lstrip().startswith("((") else \
                 split_redirections(*brace_expanded(*rejoin_substitutions(shell_split(source), quoted_words(source))))
@@ -424,8 +443,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         an eval of what only running gives (`eval "$(conda shell.bash hook)"`), may set anything: nothing is refused
         then."""
         if self.nounset and not (self.launches or self.subshell or self.unread_sources or self.unevaluated):
-            known = self.undecidable | self.written | set(self.arrays)
-            stop_on_nounset(text, self.env, self.positional, known, self.stops_at(line))
+            gone = self.surely_unset() & self.removed_surely
+            known = (self.undecidable | self.written | set(self.arrays)) - gone
+            stop_on_nounset(text, self.env, self.positional, known, self.stops_at(line), gone)
             stop_on_unset_element(written, self, self.stops_at(line))
 
     def stops_at(self, line: ScriptLine) -> str:
@@ -552,7 +572,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         return f"line {line.number}" if self.path == self.script else f"{self.path} line {line.number}"
 
     def run(self, line: ScriptLine, words: list[str], stdin: str | None = None) -> ScriptRun:
-        return ScriptRun(self.where(line), self.positioned(words), dict(self.env), dict(self.split_refs),
+        words = [self.without_unset(word) for word in self.positioned(words)]
+        return ScriptRun(self.where(line), words, dict(self.env), dict(self.split_refs),
                          frozenset(self.exported), stdin, self.sweep, in_background(line.text))
 
     def record_launch(self, line: ScriptLine, words: list[str], stdin: str | None) -> None:

@@ -120,14 +120,17 @@ def unbound_reference(text: str, env: Mapping[str, str], positional: Mapping[str
 
 
 def stop_on_nounset(text: str, env: Mapping[str, str], positional: Mapping[str, str],
-                    known_elsewhere: AbstractSet[str], at: str) -> None:
+                    known_elsewhere: AbstractSet[str], at: str, removed: AbstractSet[str] = frozenset()) -> None:
     """Refuse (exit 2) a command that surely runs before the launch (or is the launch) and expands an unset variable
-    while `set -u` is on (unbound_reference): bash prints 'NAME: unbound variable' and ends the script there."""
+    while `set -u` is on (unbound_reference): bash prints 'NAME: unbound variable' and ends the script there.
+    `removed`: the names the script itself unset (`unset NAME`), which no environment can give back."""
     unbound = unbound_reference(text, env, positional, known_elsewhere)
     if unbound is None:
         return
     found, name = unbound
     fix = (f"give the script its argument {name[1:]} after its path" if name.startswith("$") else
+           f"drop the script's `unset {name}` before it or give it a default there (`${{{name}:-...}}`)"
+           if name in removed else
            f"set {name} in the environment llmperf reads the script in (`{name}=... llmperf ...`) or give it a default "
            f"in the script (`${{{name}:-...}}`)")
     raise UsageError(f"{at}: `{found}` expands {name}, which is not set, while `set -u` (nounset) is on, so bash "

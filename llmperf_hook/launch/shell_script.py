@@ -209,6 +209,18 @@ def _with_operator(value: str | None, op: str, word: str) -> str | None:
 _QUOTED_ALL = re.compile(r"\"\$(?:\{@\}|@)\"")
 """`"$@"`, alone or within a word (`--x="$@"`, `"$@"x`)."""
 _ASSIGNMENT_START = re.compile(r"[A-Za-z_]\w*\+?=")
+_UNQUOTED_ALL = re.compile(r"\$(?:\{[@*]\}|[@*])")
+"""`$@` / `$*` (`${@}`, `${*}`): unquoted, each argument is a word, itself split at blanks (bash manual 3.4.2)."""
+_BLANKS = re.compile(r"([ \t\n]+)")
+
+
+def _unquoted_fields(args: Sequence[str]) -> str:
+    """What an unquoted `$@` stands for, as shell text: one word per argument, each split at blanks (3.5.7), so that
+    `"x "$@" y"` with arguments `a` and `b c` gives `x a`, `b`, `c y` (the first argument joins the text before, the
+    last the text after); an empty argument still parts its neighbours (`x$@y` with `''`, `a`, `''` gives `x a y`
+    as three words) and is dropped between others (implicit null fields are removed, 3.5.7)."""
+    return " ".join("".join(" " if piece.isspace() else shlex.quote(piece) for piece in _BLANKS.split(arg) if piece)
+                    for arg in args)
 
 
 def _operator_word(word: str, value_of: Callable[[str], str | None]) -> str | None:
@@ -221,12 +233,13 @@ def _operator_word(word: str, value_of: Callable[[str], str | None]) -> str | No
 
 
 def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args: Sequence[str],
-                         unknown: AbstractSet[str] = frozenset()) -> str:
+                         unknown: AbstractSet[str] = frozenset(), unset: AbstractSet[str] = frozenset()) -> str:
     """The command with each word that is one unquoted `$NAME` / `${NAME}` / `$1` / `$@` of known value (`value_of`;
     None: not known, left as written) replaced by the fields bash splits it into (3.5.7 Word Splitting: an empty
     value gives no word, `--save $CHECKPOINT_PATH` without $1 is `--save` alone; `--dataset_names $DATA` gives one
     word per name), and a `"$@"` word by the script's arguments `args`, one word each (3.4.2 Special Parameters).
-    A name in `unknown` (set so that only running the script tells) stays as written, `${NP:-8}` too: NP may be set."""
+    A name in `unknown` (set so that only running the script tells) stays as written, `${NP:-8}` too: NP may be set;
+    a plain `$NAME` of one in `unset` (the script unset it) gives no word."""
     if "$" not in text:
         return text
     outside, _, end = _scan(text)
@@ -235,6 +248,8 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         if found.start() >= end or not outside[found.start()] or (found.group(1) or found.group(4)) in unknown:
             return found.group(0)
         value = value_of(found.group(1) or found.group(4))
+        if not found.group(2) and (found.group(1) or found.group(4)) in unset:
+            return ""
         if found.group(2) and _with_operator(value, found.group(2), "\0") == "\0":  # bash takes the word
             word = _operator_word(found.group(3), value_of)
             return found.group(0) if word is None else word
@@ -252,8 +267,21 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
             return found.group(0)
         return shlex.join(args)
 
+    def unquoted_args(found: re.Match[str]) -> str:
+        """An unquoted `$@` / `$*` within a word (`"x "$@" y"`, `x$*y`): _unquoted_fields. Not in an assignment
+        (`A=x$@` is one word, 3.4) nor in a command substitution (its own command)."""
+        at = found.start()
+        word = text[:at][max(text.rfind(c, 0, at) for c in " \t;&|(") + 1:]
+        if at >= end or not outside[at] or _ASSIGNMENT_START.match(word) or \
+                text.count("$(", 0, at) > text.count(")", 0, at) or text.count("`", 0, at) % 2:
+            return found.group(0)
+        return _unquoted_fields(args)
+
     text = _QUOTED_ALL.sub(each_arg, text)
     outside, _, end = _scan(text)  # where the words stand now: `"$@" $*` with no arguments moved `$*` back
+    if "$@" in text or "$*" in text or "${@}" in text or "${*}" in text:
+        text = _UNQUOTED_ALL.sub(unquoted_args, text)
+        outside, _, end = _scan(text)
     return _WORD_REF.sub(fields, text)
 
 

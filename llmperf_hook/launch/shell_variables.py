@@ -109,6 +109,8 @@ def _cut_substitution(words: list[str]) -> re.Match[str] | None:
     return match if closing in ([], [len(words) - 1]) else None
 
 
+_NAME_REF = re.compile(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
+"""A plain `$NAME` / `${NAME}`."""
 _SET_OPTIONS = {"a": "allexport", "e": "errexit", "m": "monitor", "u": "nounset"}
 """The `set` options the reading follows, by letter and by `-o` name (bash manual 4.3.1 The Set Builtin), each a
 ShellVariables field of that name."""
@@ -156,6 +158,23 @@ class ShellVariables:
     nounset: bool = False
     """`set -u` / `set -o nounset`: expanding an unset variable is an error that ends the script (bash manual 4.3.1;
     script_stops.stop_on_nounset)."""
+    removed: set[str] = field(default_factory=set)
+    """Names `unset NAME` / `unset -v NAME` removed (bash manual 4.1 Bourne Shell Builtins, `unset`), also on a condition
+    llmperf cannot decide (applied and noted, as an assignment there is), until a command the reading does not follow
+    may have set them again (batch_script.forget_removed drops those a later command writes bare: `read NAME`)."""
+
+    def surely_unset(self) -> set[str]:
+        """The names unset where the reading is: removed by `unset` and not set again since (a value, an undecided
+        one, an array). bash expands such a `$NAME` to nothing (3.5.3); a name the script never set may come from the
+        job's environment, so it is not among them."""
+        return {name for name in self.removed if name not in self.env and name not in self.undecidable and
+                name not in self.arrays and name not in self.assoc}
+
+    def without_unset(self, word: str) -> str:
+        """A launch word with each plain `$NAME` / `${NAME}` of a surely unset name gone (`"$X"` is an empty word,
+        `${X}c` is `c`): the word as bash expands it; other references stay for the launch's own expansion."""
+        gone = self.surely_unset() if self.removed and "$" in word else ()
+        return _NAME_REF.sub(lambda m: "" if (m.group(1) or m.group(2)) in gone else m.group(0), word) if gone else word
 
     def expand(self, text: str, record: bool = True, assign: bool = True) -> str:
         """`text` with the script's arguments and variables expanded; each variable read is recorded in `used`
@@ -164,7 +183,7 @@ class ShellVariables:
         process expands (a here-document's body)."""
         text = expand_positional(text, self.positional)
         return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {}, self.undecidable,
-                               assign=assign)
+                               assign=assign, unset=self.surely_unset() if self.removed else frozenset())
 
     def expand_for_effects(self, words: list[str]) -> None:
         """Expand the words of a command llmperf reads no further (`echo "${TP:=2}"`, `mkdir -p ${OUT:=out}`) for the
@@ -438,6 +457,7 @@ class ShellVariables:
             self.unknown_heads.discard(name)
             self.exported.discard(name)
             self.undecidable.discard(name)
+            self.removed.add(name)
 
     def unset_element(self, name: str, subscript: str) -> None:
         """`unset 'NAME[SUBSCRIPT]'`: that element gone (bash manual 6.7). An associative array's literal key, or an

@@ -21,6 +21,8 @@ _OPTION = re.compile(r"(?<![\w$-])(--?[A-Za-z][\w-]*)")
 """An option word of a command's text (`--data-path`, `--data-path=/d`: its name)."""
 _ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+-\w+\s+)?([A-Za-z_][A-Za-z0-9_]*)\+?=")
 _REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_UNSET = re.compile(r"(?:^|[\s;&|(])unset\s+(?:-v\s+)?((?:[A-Za-z_]\w*(?:\s+|$))+)")
+"""`unset NAME ...` / `unset -v NAME ...`: the options NAME gave are gone (bash manual 4.1, `unset`)."""
 _OPTION_BEFORE = re.compile(r"(?<![\w$-])(--?[A-Za-z][\w-]*)(?:=|\s+)[\"']?\$\{?([A-Za-z_][A-Za-z0-9_]*|[0-9]+)"
                             r"(?![A-Za-z0-9_])")
 """An option and the variable or positional parameter expanded as its value (`--data-path $NAME`,
@@ -70,7 +72,8 @@ def argument_options(number: int, text: str, index: OptionIndex) -> frozenset[st
 
 def undecided_options(undecided: Mapping[str, str], index: OptionIndex) -> dict[str, frozenset[str]]:
     """For each undecided command (where -> its text), the options it may have set: those its text names, and the
-    option before each expansion of a variable it assigns, in any command the script read (`index`)."""
+    option before each expansion of a variable it assigns, in any command the script read (`index`); for a variable
+    it unsets, those and the options its assignments held."""
     out: dict[str, frozenset[str]] = {}
     for where, text in undecided.items():
         options = set(_OPTION.findall(text))
@@ -79,5 +82,7 @@ def undecided_options(undecided: Mapping[str, str], index: OptionIndex) -> dict[
             options.update(index.options_of_value.get(name, ()))
         for name in set(_REFERENCE.findall(text)) if assigned else ():  # `ARGS="$MOCK"`: the options MOCK holds
             options.update(index.options_assigning.get(name, ()))
+        for name in (name for names in _UNSET.findall(text) for name in names.split()):  # what `$NAME` gave
+            options.update(index.options_of_value.get(name, ()), index.options_assigning.get(name, ()))
         out[where] = frozenset(options)
     return out

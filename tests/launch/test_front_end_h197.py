@@ -1,0 +1,101 @@
+"""H197: the shell reader's remaining gaps, each against bash 5.2 itself (the scripts run in the real bash with the
+stub launchers of test_scripts_as_the_shell_runs_them: where bash launches, llmperf reads the same launch; where bash
+stops, llmperf refuses): an unquoted `$@` / `$*` within a word, `$X` after `unset X`, ..."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.parse import parse_launch
+from tests.launch.test_scripts_as_the_shell_runs_them import _job, _run
+
+T = "torchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2"
+NO_CFG = "[ -f cfg ]"  # a file test llmperf does not decide; false where the test runs bash (no cfg there)
+
+
+def _same_as_bash(text: str, args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash runs `text` with `args`: llmperf reads the launch it makes, or refuses where bash stops before one."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not installed")
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n" + text)
+    real = _run(bash, script, args, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    if real is None:
+        with pytest.raises(UsageError):
+            parse_launch(["bash", str(script), *args], {})
+        return
+    assert _job(["bash", str(script), *args]) == _job(real), real
+
+
+ARGUMENT_LISTS = {"two": ["a", "b c"], "none": [], "empty_at_the_ends": ["", "a", ""], "empty_between": ["a", "", "b"],
+                  "blanks_around": [" a "]}
+UNQUOTED_ALL = {  # bash manual 3.4.2 Special Parameters (`@`, `*`) and 3.5.7 Word Splitting
+    "between_quoted_strings": T + ' --tag "x "$@" y" --seed 1\n',
+    "braced_between_quoted_strings": T + ' --tag "x "${@}" y" --seed 1\n',
+    "glued_unquoted": T + " --tag x$@y --seed 1\n",
+    "star_glued": T + ' --tag "x"$*"y" --seed 1\n',
+    "after_an_option_sign": T + " --tag=$@ --seed 1\n",
+    "in_a_function": 'run() { ' + T + ' --tag "<"$@">" --seed 1; }\nrun "$@"\n',
+}
+
+
+@pytest.mark.parametrize("args", ARGUMENT_LISTS)
+@pytest.mark.parametrize("name", UNQUOTED_ALL)
+def test_unquoted_all_arguments_within_a_word(name: str, args: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`"x "$@" y"` with `a` and `b c`: `x a`, `b`, `c y` (the first argument joins the text before, the last the text
+    after, each split at blanks); was the single word `x a b c y`."""
+    _same_as_bash(UNQUOTED_ALL[name], ARGUMENT_LISTS[args], tmp_path, monkeypatch)
+
+
+UNSET = {  # bash manual 4.1 Bourne Shell Builtins `unset`, 3.5.3, 4.3.1 `set -u`
+    "unset": f"X=--bf16\nunset X\n{T} $X --a \"$X\" --b=${{X}}c\n",
+    "unset_v": f"X=--bf16\nunset -v X\n{T} $X --a \"$X\" --b=${{X}}c\n",
+    "unset_f_leaves_the_variable": f"X=--bf16\nunset -f X\n{T} $X --a \"$X\"\n",
+    "unset_then_default": f"X=--bf16\nunset X\n{T} ${{X:-8}} ${{X-9}} ${{X+--fp16}}\n",
+    "assigned_from_an_unset": f"X=8\nunset X\nY=\"--seed=$X\"\nZ=${{X}}4\n{T} $Y --lr $Z\n",
+    "unset_then_set_again": f"X=--bf16\nunset X\nX=--fp16\n{T} $X\n",
+    "unset_then_read": f"X=--bf16\nunset X\nread -r X <<< --fp16\n{T} $X\n",
+    "nounset_unset": f"set -u\nX=--bf16\nunset X\n{T} $X\n",
+    "nounset_unset_v": f"set -u\nX=--bf16\nunset -v X\n{T} --a \"$X\"\n",
+    "nounset_unset_f": f"set -u\nX=--bf16\nunset -f X\n{T} $X\n",
+    "nounset_unset_default": f"set -u\nX=--bf16\nunset X\n{T} ${{X:-}} --a ${{X-1}}\n",
+    "nounset_unset_then_read": f"set -u\nunset X\nread -r X <<< --fp16\n{T} $X\n",
+    "nounset_unset_then_set": f"set -u\nX=1\nunset X\nX=--fp16\n{T} $X\n",
+    "nounset_unset_in_a_test": f"set -u\nX=1\nunset X\nif [ -n \"$X\" ]; then :; fi\n{T}\n",
+}
+
+
+@pytest.mark.parametrize("name", UNSET)
+def test_a_variable_after_unset(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`$X` after `unset X` expands to nothing (was left as written, so the launch held the text `$X`); under set -u
+    bash stops there with 'X: unbound variable' (was read as if X were set)."""
+    _same_as_bash(UNSET[name], [], tmp_path, monkeypatch)
+
+
+def test_the_refusal_after_unset_says_to_drop_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The script unsets X itself: setting X in llmperf's environment cannot help, the message says so."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nset -u\nX=1\nunset X\n{T} $X\n")
+    with pytest.raises(UsageError) as refused:
+        parse_launch(["bash", "train.sh"], {"X": "1"})
+    assert "line 5" in str(refused.value) and "drop the script's `unset X`" in str(refused.value)
+
+
+@pytest.mark.parametrize("nounset", ["", "set -u\n"])
+def test_an_unset_that_may_not_run_is_applied_and_named(nounset: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[ -f cfg ] && unset X`: read as run, as an assignment on an undecided condition is, and named among the
+    undecided commands; never a set -u refusal (bash goes on where cfg is missing)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\n{nounset}X=--bf16\n{NO_CFG} && unset X\n{T} $X\n")
+    job = parse_launch(["bash", "train.sh"], {})
+    where = "line 4" if nounset else "line 3"
+    assert job.script_args == ("--num-layers", "2") and job.undecided == (where,)
+    assert "--bf16" in job.undecided_options[where]  # the flag `$X` gave: a rule on it softens (parsed_job)
