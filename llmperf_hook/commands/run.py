@@ -39,7 +39,7 @@ from llmperf_hook.frameworks.resolve import JobOverrides
 @click.option("--dry-run", is_flag=True, help="Print the prediction and the exact command to stdout, then stop (with --format json: two JSON lines, the "
                    "prediction, then {\"dry_run\": true, \"command\": [...], ...}).")
 @click.option("--max-step-time", type=float, default=None, help="Exit 3 if the predicted step time exceeds S seconds.")
-@click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU, less the allocator's fragmentation, exceeds the GPU's, or the offloads' host memory per node the cluster's host RAM. A job that fits only tightly (its peak over the GPU by no more than its fragmentation, or under it by less than the model's error band) is not refused: predict says 'fits, tight' and warns.")
+@click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU, less the cached segments the allocator frees on demand, exceeds the GPU's, or the offloads' host memory per node the cluster's host RAM. A job that fits only tightly (its peak over the GPU by no more than those cached segments, or under it by less than the model's error band) is not refused: predict says 'fits, tight' and warns.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--instrument", type=int, default=None, help="Run under the step hook, record the first N steps, then refine from them when the job ends.")
 @click.option("--profile-ops", type=int, default=0, help="With --instrument: profile operators of K steps.")
@@ -68,6 +68,7 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
                          f"seconds per optimizer step (llmperf option). Give one, or leave the option out.")
     check_instrument_options(argv, instrument, profile_ops, stop_after, run_dir)
     env = dict(os.environ)
+    _check_entry(argv, env, dry_run)
     gated = max_step_time is not None or require_fit
     if instrument is not None and hardware is None and cluster is None:
         hardware = _local_cpu(argv, env)
@@ -92,6 +93,19 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
         # standalone_mode=False, which turns Exit into a return value that would be lost.
         _run_instrumented(argv, env, instrument, profile_ops, stop_after, run_dir, pred)
     exec_command(argv, env)
+
+
+def _check_entry(argv: list[str], env: dict[str, str], dry_run: bool) -> None:
+    """The training script (module) python would open, before the command is predicted (run_entry.py): refused when
+    launching, a warning in a dry run (the job may be meant for another machine's files)."""
+    from llmperf_hook.commands.run_entry import entry_problem
+
+    problem = entry_problem(argv, env, Path.cwd())
+    if problem and not dry_run:
+        raise UsageError(problem)
+    if problem:
+        click.echo(f"llmperf: warning: {problem.replace('Nothing was predicted or started: ', 'Launched here, it would fail: ')}",
+                   err=True)
 
 
 def _local_cpu(argv: list[str], env: dict[str, str]) -> str | None:
@@ -158,8 +172,10 @@ def check_gates(pred: Any, max_step_time: float | None, require_fit: bool) -> No
         raise InfeasibleError(
             f"predicted peak memory {mem.peak_bytes_per_gpu / 2**30:.2f} GiB per GPU (pipeline stage {mem.stage}) "
             f"exceeds the {mem.capacity_bytes / 2**30:.2f} GiB of {pred.cluster.gpu.name} by "
-            f"{-mem.headroom_bytes / 2**30:.2f} GiB, more than its {mem.fragmentation_bytes / 2**30:.2f} GiB of "
-            f"allocator fragmentation: what it allocates does not fit (--require-fit). {knobs}")
+            f"{-mem.headroom_bytes / 2**30:.2f} GiB, more than the "
+            f"{(mem.peak_bytes_per_gpu - mem.must_fit_bytes) / 2**30:.2f} GiB of cached segments PyTorch frees and "
+            f"retries with: what it allocates, with the allocator's residue it cannot free "
+            f"({mem.must_fit_bytes / 2**30:.2f} GiB), does not fit (--require-fit). {knobs}")
     parts = ", ".join(f"{k.removeprefix('host_')} {v / 2**30:.1f}" for k, v in mem.host_components.items())
     raise InfeasibleError(
         f"predicted host memory {mem.host_bytes_per_node / 2**30:.1f} GiB per node ({parts} GiB: what the "
@@ -208,7 +224,10 @@ def _check_run_dir(run_dir: str | None) -> None:
             if not os.access(part, os.W_OK | os.X_OK):
                 raise UsageError(f"--run-dir {run_dir!r}: {str(part)!r} is not writable by this user. Pass a "
                                  "writable folder.")
-            return
+            break
+    from llmperf_hook.commands.run_entry import check_run_dir_writable
+
+    check_run_dir_writable(run_dir)  # what os.access passes for root: /proc, a read-only mount
 
 
 def _instrument_plan(instrument: int | None, run_dir: str | None) -> dict[str, str] | None:

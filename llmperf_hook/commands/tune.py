@@ -136,10 +136,12 @@ def _elastic_sentence(result: Any, spec: Any, job: Any, margin: float) -> str:
 
 def _warn_own_over_at_minimum(result: Any, spec: Any, job: Any, margin: float) -> None:
     """A warning when the user's own layout, tune's baseline, fits the maximum but not the elastic minimum."""
+    from llmperf_hook.schedule.memory_rule import fits_gpu
+
     rule = _elastic_rule(spec, job)
     usable = (1 - margin) * spec.gpu.memory_capacity_bytes
-    peak = rule.peak_at_minimum(result.baseline.config) if rule is not None and result.baseline.fits else None
-    if peak is not None and peak > usable:
+    peak = rule.must_fit_at_minimum(result.baseline.config) if rule is not None and result.baseline.fits else None
+    if peak is not None and not fits_gpu(peak, usable):
         click.echo(f"llmperf tune: warning: your command runs out of memory at the elastic minimum "
                    f"({rule.least_nnodes} node{'s' * (rule.least_nnodes > 1)}: {peak / 2**30:.1f} GiB per GPU > "
                    f"{usable / 2**30:.1f} GiB usable); it is priced at {job.nnodes} nodes as the baseline", err=True)

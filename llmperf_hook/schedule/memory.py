@@ -36,6 +36,8 @@ counts what this module counts, less the terms tests/schedule/test_memory_refere
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.ddp_buckets import chunk_tensors, distopt_padding_elems, fp8_param_gather
 from llmperf_hook.graph.op_graph import ChunkOps, OpGraph, StageGraph
@@ -50,6 +52,7 @@ from llmperf_hook.schedule.allocator_reserve import (allocator_reserve_bytes, gr
 from llmperf_hook.schedule.gradient_lifetime import (backward_starts_without_gradients, bucket_allocated_after_loss,
                                                      gradients_freed_each_step)
 from llmperf_hook.schedule.memory_fit import fit_verdict
+from llmperf_hook.schedule.memory_rule import must_fit_bytes
 from llmperf_hook.schedule.optimizer_state import (foreach_step_temporary_bytes_per_param, optimizer_bytes_per_param,
                                                    step_temporary_bytes_per_param)
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
@@ -346,6 +349,13 @@ TRANSIENT_PARTS = frozenset({"activations", "recompute_working_set", "softmax_ba
 (allocator_reserve.FRAGMENTATION_FRACTION)."""
 
 
+def stage_must_fit_bytes(parts: Mapping[str, float]) -> int:
+    """memory_rule.must_fit_bytes of one rank's components (stage_memory): peak less reserve plus the residue over
+    its TRANSIENT_PARTS."""
+    transient = sum(v for k, v in parts.items() if k in TRANSIENT_PARTS)
+    return int(must_fit_bytes(sum(parts.values()), parts.get("allocator_fragmentation", 0), transient))
+
+
 BACKWARD_WORKING_PARTS = ("recompute_working_set", "softmax_backward_working_set")
 """Transients of one layer's backward (its recomputed forward, the PyTorch softmax's gradient tensors)."""
 
@@ -503,11 +513,13 @@ def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -
     worst = max(range(len(peaks)), key=lambda i: peaks[i])
     capacity = cluster.gpu.memory_capacity_bytes
     host = host_memory_per_node(cfg, graph, cluster, gpus_per_node)
-    # what each rank allocates must fit, its fragmentation need not (schedule/memory_fit.py); every stage, since the
-    # busiest by peak need not be the busiest by allocated bytes
-    verdicts = [fit_verdict(p, parts["allocator_fragmentation"], capacity) for p, parts in zip(peaks, per_stage)]
+    # what each rank allocates and the residue it cannot free must fit, its cached segments need not
+    # (schedule/memory_rule.py); every stage, since the busiest by peak need not be the busiest by must-fit bytes
+    must = [stage_must_fit_bytes(parts) for parts in per_stage]
+    verdicts = [fit_verdict(p, m, capacity) for p, m in zip(peaks, must)]
     fits = all(v.fits for v in verdicts)
     return MemoryEstimate(peak_bytes_per_gpu=peaks[worst], capacity_bytes=capacity, fits=fits,
-                          tight=fits and any(v.tight for v in verdicts), headroom_bytes=capacity - peaks[worst],
+                          must_fit_bytes=max(must), tight=fits and any(v.tight for v in verdicts),
+                          headroom_bytes=capacity - peaks[worst],
                           components=per_stage[worst], stage=worst, per_stage_peak_bytes=tuple(peaks),
                           host_components=host, host_capacity_bytes=cluster.host_memory_bytes)

@@ -1,10 +1,10 @@
 """Stage [5]: the memory verdict of a job: fits, fits tight, or does not fit (exit 3 under `run --require-fit`).
 
-What must fit the GPU is the bytes the job allocates. The peak of schedule/memory.py adds the caching allocator's
-reserve over them (schedule/allocator_reserve.py: blocks nothing later fits in, the step's flat buffers' own
-segments, a residue over the activations and temporaries), but that reserve alone does not
-run a job out of memory: when cudaMalloc fails, PyTorch's CUDACachingAllocator frees its cached, unused blocks and
-tries again (c10/cuda/CUDACachingAllocator.cpp malloc: alloc_block, then release_available_cached_blocks, then
+What must fit the GPU is the bytes the job allocates plus the residue of the allocator's reserve it cannot free
+(schedule/memory_rule.py must_fit_bytes). The peak of schedule/memory.py adds the caching allocator's whole reserve
+(schedule/allocator_reserve.py: blocks nothing later fits in, the step's flat buffers' own segments, a residue over
+the activations and temporaries), but its cached segments do not run a job out of memory: when cudaMalloc fails,
+PyTorch's CUDACachingAllocator frees its cached, unused blocks and tries again (c10/cuda/CUDACachingAllocator.cpp malloc: alloc_block, then release_available_cached_blocks, then
 release_cached_blocks, then the OutOfMemoryError). Fragmentation decides only whether that retry finds a block
 large enough, so a job whose peak exceeds the GPU by less than it is "tight", not refused.
 
@@ -12,12 +12,12 @@ A job whose peak is below the GPU by less than the memory model's own error is t
 the allocated peak (plus CUDA context) that the hook recorded on an H100 is off by MODEL_ERROR_FRACTION on average,
 and by up to -3.3 % below it (benchmarks/bench_memory_reference.py, measured table), so such a job may run out.
 
-`tune` lists a candidate by a stricter rule on the same numbers: its peak, reserve included, within (1 -
-memory_margin) of the capacity (tune/search.py evaluate; 5 % by default). A listed candidate therefore fits here and,
-with a margin of 3.7 % or more, is not tight (peak <= 0.95 x capacity < capacity / 1.038); a configuration over tune's
-margin that fits here is said to fit and is not counted out of memory (tune/infeasible.py over_margin_only). The
-hard verdict stays on the allocated bytes: the reserve is mostly whole cached segments (the loss's freed blocks, the
-step's flat buffers' own segments: schedule/allocator_reserve.py), which the retry above hands back.
+`tune` lists a candidate by the same rule (schedule/memory_rule.py fits_gpu), within (1 - memory_margin) of the
+capacity (5 % by default): a listed candidate fits here and, with a margin of 3.7 % or more, is mostly not tight; a
+configuration over tune's margin that fits here is said to fit and is not counted out of memory (tune/infeasible.py
+over_margin_only). What must fit is the allocated bytes plus the reserve's residue the allocator cannot free
+(memory_rule.must_fit_bytes): the rest of the reserve is whole cached segments (the loss's freed blocks, the step's
+flat buffers' own segments: schedule/allocator_reserve.py), which the retry above hands back.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.schedule.memory_rule import fits_gpu
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
 GiB = 2**30
@@ -46,15 +47,15 @@ class FitVerdict:
     """Whether a peak fits the GPU, and whether only just."""
 
     fits: bool
-    """The allocated bytes (peak less fragmentation) fit the capacity."""
+    """The must-fit bytes (allocated plus the allocator's unfreeable residue) fit the capacity."""
     tight: bool
     """It fits, but the capacity is below the peak, or above it by less than the model's error band."""
 
 
-def fit_verdict(peak_bytes: float, fragmentation_bytes: float, capacity_bytes: float) -> FitVerdict:
-    """The verdict of one peak: DOES NOT FIT when even the allocated bytes exceed the capacity; fits, tight when the
-    capacity is below peak x (1 + MODEL_ERROR_FRACTION); fits otherwise."""
-    fits = peak_bytes - fragmentation_bytes <= capacity_bytes
+def fit_verdict(peak_bytes: float, must_fit_bytes: float, capacity_bytes: float) -> FitVerdict:
+    """The verdict of one rank: DOES NOT FIT when its must-fit bytes (schedule/memory_rule.py) exceed the capacity;
+    fits, tight when the capacity is below peak x (1 + MODEL_ERROR_FRACTION); fits otherwise."""
+    fits = bool(fits_gpu(must_fit_bytes, capacity_bytes))
     return FitVerdict(fits=fits, tight=fits and capacity_bytes < peak_bytes * (1.0 + MODEL_ERROR_FRACTION))
 
 
@@ -87,8 +88,8 @@ def tight_fit_warning(mem: MemoryEstimate, cfg: TrainingConfig) -> str:
     if peak > cap:
         why = (f"the predicted peak {peak / GiB:.2f} GiB per GPU exceeds the {cap / GiB:.2f} GiB of the GPU by "
                f"{(peak - cap) / GiB:.2f} GiB, within its {frag / GiB:.2f} GiB of allocator fragmentation (the "
-               f"allocated bytes, {(peak - frag) / GiB:.2f} GiB, fit: PyTorch frees its cached blocks and retries a "
-               f"failed allocation, which may or may not find room)")
+               f"allocated bytes and the residue the allocator cannot free, {mem.must_fit_bytes / GiB:.2f} GiB, fit: "
+               f"PyTorch frees its cached blocks and retries a failed allocation, which may or may not find room)")
     else:
         why = (f"the predicted peak {peak / GiB:.2f} GiB per GPU fits the {cap / GiB:.2f} GiB of the GPU by "
                f"{(cap - peak) / GiB:.2f} GiB, less than the memory model's error band ({MODEL_ERROR_FRACTION:.1%} "

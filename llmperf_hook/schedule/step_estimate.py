@@ -13,8 +13,8 @@ class MemoryEstimate:
     peak_bytes_per_gpu: int
     capacity_bytes: int
     fits: bool
-    """The allocated bytes fit: peak_bytes_per_gpu - fragmentation_bytes <= capacity_bytes
-    (schedule/memory_fit.py fit_verdict: on a failed cudaMalloc PyTorch frees its cached blocks and retries)."""
+    """Every rank's must-fit bytes fit the capacity (schedule/memory_rule.py fits_gpu, via memory_fit.fit_verdict:
+    on a failed cudaMalloc PyTorch frees its cached blocks and retries)."""
     headroom_bytes: int
     """capacity - peak (negative: short by that much)."""
     components: Mapping[str, int]
@@ -30,6 +30,14 @@ class MemoryEstimate:
     tight: bool = False
     """Fits, but by less than the allocator's fragmentation allowance or the memory model's own error band
     (schedule/memory_fit.py fit_verdict): the report says "fits, tight" and warns."""
+    must_fit_bytes: int = -1
+    """The most any rank must find on the GPU: its allocated bytes plus the allocator residue it cannot free
+    (schedule/memory_rule.py must_fit_bytes); the quantity predict's verdict and tune's margin compare. Not given
+    (-1): the peak itself (a rank with no caching-allocator reserve, e.g. on CPU)."""
+
+    def __post_init__(self) -> None:
+        if self.must_fit_bytes < 0:
+            object.__setattr__(self, "must_fit_bytes", self.peak_bytes_per_gpu)
 
     @property
     def fragmentation_bytes(self) -> int:

@@ -40,6 +40,7 @@ from llmperf_hook.frameworks.megatron_rules import list_values
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.provenance import SourceKind
+from llmperf_hook.schedule.memory_rule import fits_gpu
 from llmperf_hook.tune.candidate import candidate_of
 from llmperf_hook.tune.candidate_rules import rule_masks
 from llmperf_hook.tune.candidates import candidates_from_list
@@ -318,8 +319,8 @@ def at_node_count(cfg: TrainingConfig, nnodes: int) -> TrainingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ElasticMemory:
-    """The memory rule of an elastic range: a layout's peak per GPU at the range's minimum (search_candidates prunes
-    those over the usable memory, counted apart)."""
+    """The memory rule of an elastic range: a layout's must-fit bytes per GPU (schedule/memory_rule.py) at the range's
+    minimum (search_candidates prunes those over the usable memory, counted apart)."""
 
     least_nnodes: int
     nnodes: int
@@ -333,16 +334,16 @@ class ElasticMemory:
     batch_rules: tuple[str, ...] = _BATCH_RULES
     """The batch rules a count checks (_batch_rules: no divisibility one under --decrease-batch-size-if-needed)."""
 
-    def peak_at(self, cfg: TrainingConfig, nnodes: int) -> float | None:
-        """`cfg`'s peak bytes per GPU on `nnodes` nodes (None: the memory model cannot size it there, as search counts
-        a model failure: the ranking at the maximum stands)."""
+    def must_fit_at(self, cfg: TrainingConfig, nnodes: int) -> float | None:
+        """`cfg`'s must-fit bytes per GPU on `nnodes` nodes (None: the memory model cannot size it there, as search
+        counts a model failure: the ranking at the maximum stands)."""
         try:
-            return float(self.memory(at_node_count(cfg, nnodes)).peak_bytes_per_gpu)
+            return float(self.memory(at_node_count(cfg, nnodes)).must_fit_bytes)
         except (LlmperfError, AssertionError, ArithmeticError, ValueError):
             return None
 
-    def peak_at_minimum(self, cfg: TrainingConfig) -> float | None:
-        return self.peak_at(cfg, self.least_nnodes)
+    def must_fit_at_minimum(self, cfg: TrainingConfig) -> float | None:
+        return self.must_fit_at(cfg, self.least_nnodes)
 
     def fitting_minimum(self, cfg: TrainingConfig, usable_bytes: float) -> int | None:
         """The fewest nodes from which `cfg`'s layout starts at every count up to the maximum (the world rules) and
@@ -354,8 +355,8 @@ class ElasticMemory:
                           if name.startswith(rules)) for nodes in later]
         for i, nodes in enumerate(later):
             if all(starts[i:]):
-                peak = self.peak_at(cfg, nodes)
-                if peak is not None and peak <= usable_bytes:
+                need = self.must_fit_at(cfg, nodes)
+                if need is not None and fits_gpu(need, usable_bytes):
                     return nodes
         return None
 
@@ -378,14 +379,14 @@ def elastic_memory(job: ParsedJob, memory: Callable[[TrainingConfig], Any]) -> E
 
 @dataclasses.dataclass(frozen=True)
 class OverAtMinimum:
-    """A layout whose peak at an elastic range's minimum, by the memory model, is over the usable memory."""
+    """A layout whose must-fit bytes at an elastic range's minimum, by the memory model, are over the usable memory."""
 
     candidate: Any
     """tune/candidate.Candidate."""
     config: TrainingConfig
     """Its config at the maximum."""
-    peak_bytes: float
-    """Its peak per GPU at the minimum."""
+    must_fit_bytes: float
+    """Its must-fit bytes per GPU at the minimum (schedule/memory_rule.py)."""
 
 
 def over_at_minimum_sentence(over: Sequence[OverAtMinimum], rule: ElasticMemory, usable_bytes: float) -> str:
@@ -393,12 +394,12 @@ def over_at_minimum_sentence(over: Sequence[OverAtMinimum], rule: ElasticMemory,
     it fits every count (the largest fitting configuration: a range that starts there)."""
     if not over:
         return ""
-    least = min(over, key=lambda o: o.peak_bytes)
+    least = min(over, key=lambda o: o.must_fit_bytes)
     nodes = f"{rule.least_nnodes} node{'s' * (rule.least_nnodes > 1)}"
     msg = (f" {len(over):,} layout{'s' * (len(over) > 1)} {'are' if len(over) > 1 else 'is'} over the usable memory at "
            f"the elastic minimum ({nodes}), where fewer data-parallel ranks hold larger ZeRO / distributed-optimizer "
-           f"shards; the least there, {least.candidate.describe()}, needs {least.peak_bytes / 2**30:.1f} GiB per GPU, "
-           f"{(least.peak_bytes - usable_bytes) / 2**30:.1f} GiB over.")
+           f"shards; the least there, {least.candidate.describe()}, needs {least.must_fit_bytes / 2**30:.1f} GiB per GPU, "
+           f"{(least.must_fit_bytes - usable_bytes) / 2**30:.1f} GiB over.")
     start = rule.fitting_minimum(least.config, usable_bytes)
     if start is None:
         return msg + f" It does not fit at {rule.nnodes} nodes either."

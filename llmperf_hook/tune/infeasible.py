@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmperf_hook.schedule.memory_rule import fits_gpu
 from llmperf_hook.tune.elastic import elastic_pruned_sentence, starting_nothing_sentence
 
 GiB = float(1 << 30)
@@ -17,9 +18,9 @@ GiB = float(1 << 30)
 
 def predict_verdict(ev: Any) -> tuple[bool, bool]:
     """`llmperf predict`'s GPU memory verdict of one evaluated configuration, (fits, tight): the full estimate's
-    MemoryEstimate (schedule/memory_fit.py: allocated bytes within capacity; tight within the model's 3.8 % error
-    band). Tune's own rule (peak <= (1 - memory_margin) x capacity, Evaluated.fits) is stricter: a configuration
-    can fit, even tightly, by predict's verdict and still be over tune's margin."""
+    MemoryEstimate (schedule/memory_fit.py: must-fit bytes within capacity; tight within the model's 3.8 % error
+    band). Tune's rule is the same one (schedule/memory_rule.py fits_gpu) within (1 - memory_margin) of the capacity
+    (Evaluated.fits): a configuration can fit, even tightly, by predict's verdict and still be over tune's margin."""
     mem = getattr(ev.estimate, "memory", None)  # None: an estimate without one (tests' stand-ins): peak vs capacity
     fits = getattr(mem, "fits", ev.peak_bytes <= ev.capacity_bytes)
     return bool(fits), bool(fits and getattr(mem, "tight", False))
@@ -41,8 +42,9 @@ def own_over_margin_sentence(result: Any) -> str:
     base = result.baseline
     band = ": within the memory model's 3.8 % error band, so it may run out" if predict_verdict(base)[1] else ""
     usable = (1 - result.memory_margin) * base.capacity_bytes / GiB
-    return (f"Your command fits{', tight' * bool(band)} by llmperf predict's verdict ({base.peak_bytes / GiB:.1f} GiB "
-            f"predicted peak on {base.capacity_bytes / GiB:.1f} GiB{band}), but is over tune's "
+    return (f"Your command fits{', tight' * bool(band)} by llmperf predict's verdict ({base.must_fit_bytes / GiB:.1f} "
+            f"GiB allocated with the allocator's residue, {base.peak_bytes / GiB:.1f} GiB predicted peak, on "
+            f"{base.capacity_bytes / GiB:.1f} GiB{band}), but is over tune's "
             f"{100 * (1 - result.memory_margin):.0f} % margin ({usable:.1f} GiB usable), so tune does not list it.")
 
 
@@ -82,7 +84,7 @@ def nearest_json(result: Any) -> dict[str, Any] | None:
         return None
     host_bound = _host_bound(result, near)
     short = (near.host_bytes - near.host_capacity_bytes if host_bound
-             else near.peak_bytes - (1 - result.memory_margin) * near.capacity_bytes)
+             else near.must_fit_bytes - (1 - result.memory_margin) * near.capacity_bytes)
     return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes, "host_bytes_per_node": near.host_bytes,
             "short_of": "host" if host_bound else "gpu", "short_bytes": short,
             "layers_that_fit": result.layers_that_fit, "layers_that_fit_means": _layers_meaning(result.layers_that_fit),
@@ -91,7 +93,7 @@ def nearest_json(result: Any) -> dict[str, Any] | None:
 
 def _host_bound(result: Any, near: Any) -> bool:
     """The host, not the GPU, rules the nearest layout out: it fits the usable GPU memory, not the host RAM."""
-    return near.peak_bytes <= (1 - result.memory_margin) * near.capacity_bytes and not near.host_fits
+    return bool(fits_gpu(near.must_fit_bytes, near.capacity_bytes, result.memory_margin)) and not near.host_fits
 
 
 def _layers_meaning(layers: int | None) -> str:
@@ -132,12 +134,13 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any], elastic_se
     host_bound = _host_bound(result, near)
     if host_bound:  # it is the host that rules this one out: say how far over, and what pins the memory
         msg = (f"{lead}: {counts} The configuration that pins the least host memory, {near.candidate.describe()}, "
-               f"fits the GPU ({near.peak_bytes / GiB:.1f} GiB) but its offloads ({', '.join(host_offloads(cfg))}) pin "
+               f"fits the GPU ({near.must_fit_bytes / GiB:.1f} GiB) but its offloads ({', '.join(host_offloads(cfg))}) pin "
                f"{near.host_bytes / GiB:,.0f} GiB of host RAM per node, {(near.host_bytes / GiB - host_gib):,.0f} GiB over "
                f"{header['cluster']}'s {host_gib:,.0f} GiB (its host_memory_GiB).")
     else:
         msg = (f"{lead}: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
-               f"{near.peak_bytes / GiB:.1f} GiB per GPU, {near.peak_bytes / GiB - usable:.1f} GiB over the usable.")
+               f"{near.must_fit_bytes / GiB:.1f} GiB per GPU, {near.must_fit_bytes / GiB - usable:.1f} GiB over the "
+               "usable.")
     sentence, widen = ("", True) if host_bound else _largest_split_sentence(cfg, near, header.get("knobs"))
     # elastic_sentence here: the model grid a node range allows (tune/elastic.model_grid_sentence), past which more
     # TP / PP is no advice

@@ -169,8 +169,10 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
              *([knobs_line(header["knobs"], header.get("framework", "megatron"))] if header.get("knobs") else []),
              _pruning_line(res, header)]
     usable = (1 - res.memory_margin) * header["capacity_bytes"] / GiB
-    lines.append(f"fits = predicted peak <= {usable:.1f} GiB ({100 * (1 - res.memory_margin):.0f} % of "
-                 f"{header['capacity_bytes'] / GiB:.1f} GiB: memory_margin {res.memory_margin:g}){_host_clause(header)}")
+    lines.append(f"fits = allocated + the allocator's unfreeable residue (predict's rule) <= {usable:.1f} GiB "
+                 f"({100 * (1 - res.memory_margin):.0f} % of {header['capacity_bytes'] / GiB:.1f} GiB: memory_margin "
+                 f"{res.memory_margin:g}); peak GiB includes the cached segments PyTorch frees on demand"
+                 f"{_host_clause(header)}")
     lines.append("")
     # The same widths as _row, so every heading sits over its column.
     lines.append(f"{'#':>3}  {'step (s)':>9}  {'tokens/s':>11}  {'MFU':>6}  {'peak GiB':>8}  {'free GiB':>8}  "
@@ -308,12 +310,12 @@ def gain_line(res: TuneResult) -> str:
     if not base.fits and predict_verdict(base)[0] and base.host_fits:  # over tune's margin only
         return (f"{own_over_margin_sentence(res)} The fastest within the margin takes {best.step_time_s:.3f} s per "
                 f"step (yours {base.step_time_s:.3f} s)")
-    if not base.fits and base.peak_bytes / GiB <= usable:  # the GPU fits: the host RAM does not
+    if not base.fits and base.must_fit_bytes / GiB <= usable:  # the GPU fits: the host RAM does not
         return (f"your command is predicted NOT to fit the host RAM (its offloads pin {base.host_bytes / GiB:,.0f} GiB per "
                 f"node > {base.host_capacity_bytes / GiB:,.0f} GiB); the fastest that fits takes {best.step_time_s:.3f} s per "
                 f"step (yours would take {base.step_time_s:.3f} s if it fitted)")
     if not base.fits:
-        return (f"your command is predicted NOT to fit ({base.peak_bytes / GiB:.1f} GiB > {usable:.1f} GiB usable); "
+        return (f"your command is predicted NOT to fit ({base.must_fit_bytes / GiB:.1f} GiB > {usable:.1f} GiB usable); "
                 f"the fastest that fits takes {best.step_time_s:.3f} s per step (yours would take "
                 f"{base.step_time_s:.3f} s if it fitted)")
     speedup = base.step_time_s / best.step_time_s

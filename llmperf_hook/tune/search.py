@@ -4,8 +4,10 @@ Pure: data in, data out. The full predictor, its memory model and the framework'
 (the command passes `api.predict_config`, the graph + memory stages, and `validate_config`), so every number
 `tune` prints is what `llmperf predict` says for that command. The closed-form surrogate (tune/surrogate.py)
 only orders candidates and skips hopeless ones:
-- skipped as out of memory without any prediction: peak > usable memory by the memory model itself (the
-  surrogate's memory is schedule/memory.py's, term by term: tune/surrogate_memory.py);
+- skipped as out of memory without any prediction: must-fit bytes > usable memory by the memory model itself (the
+  surrogate's memory is schedule/memory.py's, term by term: tune/surrogate_memory.py). Every memory test here is
+  predict's rule (schedule/memory_rule.py fits_gpu: allocated bytes + the allocator residue it cannot free) within
+  (1 - memory_margin) of the capacity;
 - the rest are visited in batches, best corrected step-time estimate first: candidates whose corrected memory
   is near the limit get the cheap full memory model first (out of memory -> counted, no timing), the others a
   full prediction; one that fits the GPU but whose offloads pin more host RAM per node than the cluster states
@@ -31,6 +33,7 @@ import numpy as np
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.schedule.memory_rule import fits_gpu, usable_bytes
 from llmperf_hook.tune import surrogate
 from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of, changed_fields
 from llmperf_hook.tune.candidate_rules import rule_masks
@@ -41,8 +44,8 @@ from llmperf_hook.tune.elastic import ElasticMemory, OverAtMinimum, counts_start
 from llmperf_hook.tune.infeasible import over_margin_only
 
 OOM_CERTAIN_FACTOR = 1.0
-"""Estimated peak / usable memory above which a candidate is pruned without any prediction. The estimate is the full
-memory model's peak (tune/surrogate_memory.py; tests/tune/test_surrogate_memory.py checks it equals
+"""Estimated must-fit bytes / usable memory above which a candidate is pruned without any prediction. The estimate is
+the full memory model's must-fit bytes (tune/surrogate_memory.py; tests/tune/test_surrogate_memory.py checks it equals
 `estimate_memory` and `llmperf predict`'s verdict on random jobs), so a candidate pruned here is one predict says
 does not fit within the margin, and none that fits is dropped. It was 1.1 over a closed-form lower bound that
 ignored the fp8 weight copies, the optimizer-step phase, offloading and the buffers (0.95-19x off)."""
@@ -87,13 +90,16 @@ class Evaluated:
     peak_bytes: float
     capacity_bytes: float
     fits: bool
-    """peak_bytes <= (1 - memory_margin) * capacity_bytes, and the host memory the offloads pin fits (host_fits)."""
+    """must_fit_bytes within (1 - memory_margin) x capacity_bytes (schedule/memory_rule.py fits_gpu, predict's rule),
+    and the host memory the offloads pin fits (host_fits)."""
     changes: Mapping[str, tuple[object, object]] = field(default_factory=dict)
     """Candidate fields that differ from the user's configuration: name -> (user's, candidate's)."""
     host_bytes: float = 0.0
     """Host RAM per node that the offloads pin (schedule/host_memory.py; 0 when nothing is offloaded)."""
     host_capacity_bytes: float = 0.0
     """The cluster's host RAM per node (its preset's host_memory_GiB); 0 = not stated, not checked."""
+    must_fit_bytes: float = 0.0
+    """What must fit the GPU (MemoryEstimate.must_fit_bytes: allocated + the allocator residue it cannot free)."""
 
     @property
     def host_fits(self) -> bool:
@@ -115,7 +121,7 @@ class TuneResult:
     invalid_by_rule: Mapping[str, int]
     """Candidates rejected by a layout rule, by the first rule they break."""
     num_oom_estimated: int
-    """Pruned as out of memory without a step-time prediction: the memory model's peak (tune/surrogate_memory.py) >
+    """Pruned as out of memory without a step-time prediction: the memory model's must-fit bytes (surrogate_memory) >
     OOM_CERTAIN_FACTOR x usable."""
     num_oom_predicted: int
     """Predicted in full (or by the full memory model) and found over the usable GPU memory or, where the cluster
@@ -139,10 +145,10 @@ class TuneResult:
     """When not even one layer per chunk fits (layers_that_fit 0): the longest sequence with which this model, all its
     layers, would fit with `nearest`'s layout (None: none does, e.g. its weights alone are over)."""
     num_over_margin: int = 0
-    """The user's own configuration (0 or 1) where predict's verdict says it fits (fits or fits, tight) but its peak
+    """The user's own configuration (0 or 1) where predict's verdict says it fits (fits or fits, tight) but its must-fit bytes are
     is over tune's margin: counted here, not as out of memory (tune/infeasible.over_margin_only)."""
     over_at_minimum: tuple[OverAtMinimum, ...] = ()
-    """Of num_oom_predicted: an elastic launch's layouts whose peak at the range's minimum, by the memory model, is over
+    """Of num_oom_predicted: an elastic launch's layouts whose must-fit bytes at the range's minimum, by the memory model, are over
     the usable memory (tune/elastic.py), in the order visited."""
     elastic_counts_starting_nothing: tuple[str, ...] = ()
     """The smaller node counts of an elastic range at which no candidate can start ('3 nodes, 24 GPUs')."""
@@ -168,9 +174,9 @@ def evaluate(cfg: TrainingConfig, cand: Candidate, cluster: ClusterSpec, predict
     new_cfg = cfg if cand == base else apply_candidate(cfg, cand)
     est = predict(new_cfg, cluster)
     mem = est.memory
-    peak, cap = float(mem.peak_bytes_per_gpu), float(mem.capacity_bytes)
-    return Evaluated(cand, new_cfg, est, float(est.step_time_s), peak, cap,
-                     fits=peak <= (1.0 - margin) * cap and getattr(mem, "host_fits", True),
+    peak, cap, must = float(mem.peak_bytes_per_gpu), float(mem.capacity_bytes), float(mem.must_fit_bytes)
+    return Evaluated(cand, new_cfg, est, float(est.step_time_s), peak, cap, must_fit_bytes=must,
+                     fits=bool(fits_gpu(must, cap, margin)) and getattr(mem, "host_fits", True),
                      changes=changed_fields(base, cand), host_bytes=float(getattr(mem, "host_bytes_per_node", 0)),
                      host_capacity_bytes=float(getattr(mem, "host_capacity_bytes", 0)))
 
@@ -184,8 +190,8 @@ class _Progress:
     """Visited (validated, memory-checked or predicted), per valid candidate."""
     full_s: np.ndarray = field(init=False)
     """Full step-time prediction per candidate (NaN where none was made)."""
-    full_peak: np.ndarray = field(init=False)
-    """Full memory model's peak per candidate (NaN where none was computed)."""
+    full_need: np.ndarray = field(init=False)
+    """Full memory model's must-fit bytes per candidate (NaN where none was computed)."""
     fitting: list[Evaluated] = field(default_factory=list)
     unfit: list[Evaluated] = field(default_factory=list)
     host_unfit: list[Evaluated] = field(default_factory=list)
@@ -201,7 +207,7 @@ class _Progress:
     def __post_init__(self) -> None:
         self.evaluated = np.zeros(self.n, dtype=bool)
         self.full_s = np.full(self.n, np.nan)
-        self.full_peak = np.full(self.n, np.nan)
+        self.full_need = np.full(self.n, np.nan)
 
     def kth_best_s(self, k: int) -> float:
         times = sorted(e.step_time_s for e in self.fitting)
@@ -223,10 +229,15 @@ class _Job:
     elastic: ElasticMemory | None = None
     """An elastic launch's memory rule at its minimum (None: a fixed node count)."""
 
+    def fits_gpu(self, must_fit: float) -> bool:
+        """Tune's memory rule: predict's (schedule/memory_rule.py) within (1 - margin) of the GPU."""
+        return bool(fits_gpu(must_fit, self.cluster.gpu.memory_capacity_bytes, self.margin))
+
     def over_at_minimum(self, cand: Candidate, cfg: TrainingConfig) -> OverAtMinimum | None:
-        """`cfg` (the layout `cand` at the maximum) if its peak at the elastic minimum is over the usable memory."""
-        peak = self.elastic.peak_at_minimum(cfg) if self.elastic is not None else None
-        return OverAtMinimum(cand, cfg, peak) if peak is not None and peak > self.usable_bytes else None
+        """`cfg` (the layout `cand` at the maximum) if its must-fit bytes at the elastic minimum are over the usable
+        memory."""
+        need = self.elastic.must_fit_at_minimum(cfg) if self.elastic is not None else None
+        return OverAtMinimum(cand, cfg, need) if need is not None and not self.fits_gpu(need) else None
 
 
 def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: CandidateTable, *, top_k: int,
@@ -240,10 +251,10 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
     bad, invalid = _first_violations(masks, len(table))
     valid = table.select(~bad)
     job = _Job(cfg, cluster, predict, validate, memory, margin,
-               (1.0 - margin) * cluster.gpu.memory_capacity_bytes, candidate_of(cfg), elastic)
+               usable_bytes(cluster.gpu.memory_capacity_bytes, margin), candidate_of(cfg), elastic)
     est = surrogate.estimate(cfg, cluster, valid.columns)
     feats = layout_features(valid.columns, cfg.world_size, cfg.batch.global_batch_size)
-    certain_oom = est.peak_bytes > OOM_CERTAIN_FACTOR * job.usable_bytes
+    certain_oom = est.must_fit_bytes > OOM_CERTAIN_FACTOR * job.usable_bytes
     prog = _Progress(len(valid), invalid=dict(invalid))
     depth = min(max(top_k, MIN_SEARCH_DEPTH), MAX_FULL_PREDICTIONS)
     slower = _search_loop(job, valid, est, feats, certain_oom, depth, prog)
@@ -262,7 +273,7 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
     nearest = layers = seq = None
     num_oom_host = len(prog.host_unfit) + prog.num_host_memory_only
     if not top and not prog.over_at_minimum:  # else the message names the range that fits (elastic.py)
-        nearest, layers = _nearest_fit(job, valid, est.peak_bytes, prog)
+        nearest, layers = _nearest_fit(job, valid, est.must_fit_bytes, prog)
         seq = _seq_length_that_fits(nearest, job) if nearest is not None and layers == 0 else None
     return TuneResult(
         top=top, baseline=baseline, num_generated=table.num_generated, num_considered=len(table),
@@ -286,7 +297,7 @@ def _own_over_margin(job: _Job, baseline: Evaluated | None, base_row: np.ndarray
     i = int(np.flatnonzero(base_row)[0])
     if oom_est[i]:
         oom_est[i] = False
-    elif not prog.evaluated[i] or np.isnan(prog.full_peak[i]):
+    elif not prog.evaluated[i] or np.isnan(prog.full_need[i]):
         return 0  # never visited (counted slower by estimate) or invalid: not in an out-of-memory count
     elif np.isnan(prog.full_s[i]):
         prog.num_oom_memory_only -= 1
@@ -301,7 +312,7 @@ def _search_loop(job: _Job, valid: CandidateTable, est: surrogate.SurrogateEstim
     t_corr = m_corr = no_correction(feats.shape[1])
     while True:
         t_hat = est.step_time_s * t_corr.factor(feats)
-        m_hat = est.peak_bytes * m_corr.factor(feats)
+        m_hat = est.must_fit_bytes * m_corr.factor(feats)
         open_ = ~prog.evaluated & ~certain_oom
         pool = np.flatnonzero(open_)
         lower = t_hat[pool] * np.exp(-Z_BOUND * t_corr.sigma)
@@ -335,9 +346,9 @@ def _next_batch(pool: np.ndarray, t_hat: np.ndarray, first: bool) -> np.ndarray:
 
 def _refit(est: surrogate.SurrogateEstimate, feats: np.ndarray, prog: _Progress) -> tuple[Correction, Correction]:
     has_t = ~np.isnan(prog.full_s)
-    has_m = ~np.isnan(prog.full_peak) & (est.peak_bytes > 0)  # NaN estimate: a split the graph alone refuses
+    has_m = ~np.isnan(prog.full_need) & (est.must_fit_bytes > 0)  # NaN estimate: a split the graph alone refuses
     t_corr = fit_correction(feats[has_t], np.log(prog.full_s[has_t] / est.step_time_s[has_t]))
-    m_corr = fit_correction(feats[has_m], np.log(prog.full_peak[has_m] / est.peak_bytes[has_m]))
+    m_corr = fit_correction(feats[has_m], np.log(prog.full_need[has_m] / est.must_fit_bytes[has_m]))
     return t_corr, m_corr
 
 
@@ -354,9 +365,9 @@ def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress, m
     try:
         if job.memory is not None and memory_first:
             mem = job.memory(new_cfg, job.cluster)
-            peak = float(mem.peak_bytes_per_gpu)
-            prog.full_peak[i] = peak
-            if peak > job.usable_bytes:
+            need = float(mem.must_fit_bytes)
+            prog.full_need[i] = need
+            if not job.fits_gpu(need):
                 prog.num_oom_memory_only += 1
                 return
             if not getattr(mem, "host_fits", True):
@@ -374,8 +385,8 @@ def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress, m
         prog.invalid[key] = prog.invalid.get(key, 0) + 1
         return
     prog.num_full += 1
-    prog.full_s[i], prog.full_peak[i] = ev.step_time_s, ev.peak_bytes
-    (prog.fitting if ev.fits else prog.unfit if ev.peak_bytes > job.usable_bytes else prog.host_unfit).append(ev)
+    prog.full_s[i], prog.full_need[i] = ev.step_time_s, ev.must_fit_bytes
+    (prog.fitting if ev.fits else prog.unfit if not job.fits_gpu(ev.must_fit_bytes) else prog.host_unfit).append(ev)
 
 
 def _validated(job: _Job, cand: Candidate, prog: _Progress) -> TrainingConfig | None:
@@ -409,13 +420,13 @@ def _baseline(job: _Job) -> Evaluated | None:
     return evaluate(job.cfg, job.base, job.cluster, job.predict, job.margin, job.base)
 
 
-def _nearest_fit(job: _Job, valid: CandidateTable, est_peak: np.ndarray,
+def _nearest_fit(job: _Job, valid: CandidateTable, est_need: np.ndarray,
                  prog: _Progress) -> tuple[Evaluated | None, int | None]:
     """Least-memory candidate (full model, among the 16 smallest estimates and all measured) + layers that fit. Where
     some fit the GPU but not the host RAM, the one of those that pins the least host memory: it is the host that
     rules them out."""
-    idx = set(np.argsort(est_peak, kind="stable")[:16].tolist())
-    idx |= set(np.flatnonzero(~np.isnan(prog.full_peak))[np.argsort(prog.full_peak[~np.isnan(prog.full_peak)])][:4].tolist())
+    idx = set(np.argsort(est_need, kind="stable")[:16].tolist())
+    idx |= set(np.flatnonzero(~np.isnan(prog.full_need))[np.argsort(prog.full_need[~np.isnan(prog.full_need)])][:4].tolist())
     pool = []
     for i in sorted(idx):
         cand = valid.candidate(int(i))
@@ -427,8 +438,8 @@ def _nearest_fit(job: _Job, valid: CandidateTable, est_peak: np.ndarray,
             continue
     if not pool:
         return None, None
-    host_short = [e for e in (*pool, *prog.host_unfit) if e.peak_bytes <= job.usable_bytes and not e.host_fits]
-    nearest = min(host_short, key=lambda e: e.host_bytes) if host_short else min(pool, key=lambda e: e.peak_bytes)
+    host_short = [e for e in (*pool, *prog.host_unfit) if job.fits_gpu(e.must_fit_bytes) and not e.host_fits]
+    nearest = min(host_short, key=lambda e: e.host_bytes) if host_short else min(pool, key=lambda e: e.must_fit_bytes)
     return nearest, _layers_that_fit(nearest, job)
 
 
@@ -471,7 +482,7 @@ def _shape_fits(shape: ModelShape, cfg: TrainingConfig, job: _Job) -> bool | Non
         est = job.predict(dataclasses.replace(cfg, model=shape), job.cluster)
     except ConfigError:
         return None
-    return float(est.memory.peak_bytes_per_gpu) <= job.usable_bytes and getattr(est.memory, "host_fits", True)
+    return job.fits_gpu(float(est.memory.must_fit_bytes)) and getattr(est.memory, "host_fits", True)
 
 
 def _most_units(fits: Callable[[int], bool], lo: int, hi: int) -> int:

@@ -71,7 +71,7 @@ class SearchSpace:
     distributed_optimizer: tuple[bool, ...] = (False, True)
     zero_stage: tuple[int, ...] = (0, 1, 2, 3)
     memory_margin: float = 0.05
-    """A candidate fits when predicted peak <= (1 - memory_margin) * GPU capacity."""
+    """A candidate fits when its must-fit bytes <= (1 - memory_margin) * GPU capacity (schedule/memory_rule.py)."""
     max_micro_batch_size: int = 16
     max_tensor_parallel: int | None = None
     max_virtual_pipeline: int = 8

@@ -50,6 +50,9 @@ class SurrogateEstimate:
 
     peak_bytes: np.ndarray
     """Estimated peak memory of the busiest rank, bytes."""
+    must_fit_bytes: np.ndarray
+    """Estimated must-fit bytes (allocated + the allocator residue it cannot free, schedule/memory_rule.py), the most
+    over the ranks: what tune's memory rule compares with the usable memory."""
     step_time_s: np.ndarray
     """Estimated step time, seconds (orders candidates; the full model gives the reported number)."""
 
@@ -217,5 +220,6 @@ def _optimizer_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, n
 
 
 def estimate(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray]) -> SurrogateEstimate:
-    return SurrogateEstimate(peak_bytes=surrogate_memory.estimate_peak_bytes(cfg, cluster, cols),
+    peak, must_fit = surrogate_memory.estimate_memory_bytes(cfg, cluster, cols)
+    return SurrogateEstimate(peak_bytes=peak, must_fit_bytes=must_fit,
                              step_time_s=estimate_step_time(cfg, cluster, cols))

@@ -36,6 +36,7 @@ from llmperf_hook.schedule import gradient_lifetime as life
 from llmperf_hook.schedule import memory as mem
 from llmperf_hook.schedule.allocator_reserve import (LossBlocks, allocator_reserve_bytes, gradients_outgrow_activations,
                                                      loss_blocks)
+from llmperf_hook.schedule.memory_rule import must_fit_bytes
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES, apply_candidate
 from llmperf_hook.tune.candidates import CandidateTable
 
@@ -298,8 +299,14 @@ def _with_row_job_columns(cfg: TrainingConfig, cols: Cols) -> dict[str, np.ndarr
 
 def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> np.ndarray:
     """Peak bytes per GPU of each candidate, as memory.estimate_memory gives it (the busiest pipeline rank)."""
+    return estimate_memory_bytes(cfg, cluster, cols)[0]
+
+
+def estimate_memory_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple[np.ndarray, np.ndarray]:
+    """(peak bytes per GPU, must-fit bytes) of each candidate, as memory.estimate_memory gives them (peak_bytes_per_gpu
+    and must_fit_bytes: each the most over the pipeline ranks, schedule/memory_rule.py)."""
     if len(cols["tp"]) == 0:
-        return np.zeros(0)
+        return np.zeros(0), np.zeros(0)
     cols = _with_row_job_columns(cfg, cols)
     row_config = _RowConfigs(cfg, cols)
     state, layers = _state_table(cfg, cluster, cols, row_config)
@@ -339,7 +346,8 @@ def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -
     own_segments = weight_grads * col(LAYER_TERMS.index("gradients_outgrow"))
     reserve = allocator_reserve_bytes(allocated, backward_peak, transient, _loss_blocks(layer, last),
                                       (np.where(no_grads, partition, 0.0), flat_a, flat_b), own_segments)
-    return (allocated + mem.CUDA_CONTEXT_BYTES + reserve).max(axis=1)
+    peak = allocated + mem.CUDA_CONTEXT_BYTES + reserve
+    return peak.max(axis=1), must_fit_bytes(peak, reserve, transient).max(axis=1)
 
 
 def _loss_blocks(layer: np.ndarray, last: np.ndarray) -> LossBlocks:

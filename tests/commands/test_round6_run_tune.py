@@ -49,6 +49,7 @@ def test_dry_run_does_not_need_the_launcher(tmp_path: Path) -> None:
 
 
 def test_gate_verdict_comes_before_the_launcher_check(tmp_path: Path) -> None:
+    (tmp_path / "pretrain_gpt.py").write_text("")  # a missing script is refused before the prediction (run_entry.py)
     out = llmperf("run", "--cluster", "dgx-h100", "--require-fit", "--", *HUGE, cwd=tmp_path,
                   env={"PATH": str(tmp_path)})  # no torchrun on this PATH
     assert out.returncode == 3 and "exceeds" in out.stderr

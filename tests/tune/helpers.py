@@ -52,6 +52,7 @@ class FakeMemory:
     peak_bytes_per_gpu: float
     capacity_bytes: float
     fits: bool
+    must_fit_bytes: float
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,10 @@ class FakePredictor:
         est = surrogate.estimate(cfg, cluster, cols)
         wobble = 1.0 + 0.07 * np.sin(3.1 * cfg.parallel.tp + 1.7 * cfg.parallel.pp + cfg.batch.micro_batch_size)
         t = float(est.step_time_s[0]) * wobble
-        peak = float(est.peak_bytes[0]) * 1.05
+        peak, need = float(est.peak_bytes[0]) * 1.05, float(est.must_fit_bytes[0]) * 1.05
         cap = float(cluster.gpu.memory_capacity_bytes)
         tokens = cfg.batch.global_batch_size * cfg.model.seq_length
-        return FakeEstimate(t, tokens / t, 0.4, FakeMemory(peak, cap, peak <= cap))
+        return FakeEstimate(t, tokens / t, 0.4, FakeMemory(peak, cap, need <= cap, need))
 
 
 def no_validation(cfg: TrainingConfig) -> None:

@@ -51,11 +51,11 @@ def test_the_named_largest_configuration_fits_and_one_more_chunk_does_not(in_tmp
     usable = (1 - result.memory_margin) * spec.gpu.memory_capacity_bytes
     chunk = near.config.parallel.pp * near.config.parallel.vpp
 
-    def peak(num_layers: int) -> float:
+    def need(num_layers: int) -> float:  # tune's memory rule: predict's must-fit bytes (schedule/memory_rule.py)
         shaped = dataclasses.replace(near.config, model=dataclasses.replace(near.config.model, num_layers=num_layers))
-        return float(api.predict_config(shaped, spec).memory.peak_bytes_per_gpu)
+        return float(api.predict_config(shaped, spec).memory.must_fit_bytes)
 
-    assert peak(layers) <= usable < peak(layers + chunk)
+    assert need(layers) <= usable < need(layers + chunk)
 
 
 def test_nothing_fits_even_at_the_largest_tp_pp(in_tmp: Path, capsys) -> None:

@@ -113,13 +113,15 @@ def _check_job(argv: list[str], model: str | None, seed: int) -> None:
     cands = _candidates(cfg, spec, seed, 6)
     if not cands:
         return
-    est = surrogate.estimate(cfg, spec, candidates_from_list(tuple(cands)).columns).peak_bytes
+    est = surrogate.estimate(cfg, spec, candidates_from_list(tuple(cands)).columns)
     usable = 0.95 * spec.gpu.memory_capacity_bytes
-    for cand, peak in zip(cands, est):
-        full = memory_only(apply_candidate(cfg, cand), spec).peak_bytes_per_gpu
+    for cand, peak, need in zip(cands, est.peak_bytes, est.must_fit_bytes):
+        mem = memory_only(apply_candidate(cfg, cand), spec)
+        full, full_need = mem.peak_bytes_per_gpu, mem.must_fit_bytes
         # stage_memory rounds each component down to whole bytes: a few bytes apart, never more
         assert abs(peak - full) <= ROUNDING_BYTES, (cand.describe(), peak, full, argv)
-        assert (peak > OOM_CERTAIN_FACTOR * usable) == (full > usable), (cand.describe(), argv)
+        assert abs(need - full_need) <= ROUNDING_BYTES, (cand.describe(), need, full_need, argv)
+        assert (need > OOM_CERTAIN_FACTOR * usable) == (full_need > usable), (cand.describe(), argv)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,89 @@
+"""`llmperf run` refuses a command whose training script (or `-m` module) python cannot open, and a --run-dir no
+folder can be made in, before it predicts (commands/run_entry.py; H184's notes: `llmperf run -- python nosuch.py
+--num-layers ...` was priced as a Megatron job, then python failed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.commands.run_entry import entry_problem
+
+PY = sys.executable
+MEGATRON = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
+            "--max-position-embeddings", "64", "--micro-batch-size", "1", "--global-batch-size", "2", "--vocab-size", "128"]
+
+
+@pytest.fixture()
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "no_main").mkdir()
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text("")
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "__main__.py").write_text("")
+    (tmp_path / "pkg" / "mod.py").write_text("")
+    (tmp_path / "plug").mkdir()  # its __init__ extends its own __path__: what it holds is known only by importing it
+    (tmp_path / "plug" / "__init__.py").write_text("__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n")
+    (tmp_path / "lib" / "elsewhere").mkdir(parents=True)
+    (tmp_path / "lib" / "elsewhere" / "__main__.py").write_text("")
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, says", [
+    ([PY, "nosuch.py", "--x"], "can't open file '{cwd}/nosuch.py': [Errno 2] No such file or directory"),
+    ([PY, "-u", "no_main"], "can't find '__main__' module in '{cwd}/no_main'"),
+    ([PY, "-m", "nosuch"], "No module named nosuch"),
+    ([PY, "-m", "nosuch.x"], "No module named 'nosuch'"),
+    ([PY, "-m", "pkg"], "No module named pkg.__main__; 'pkg' is a package and cannot be directly executed"),
+    ([PY, "-m", "pkg.nosuch"], "No module named pkg.nosuch"),
+    ([PY, "-m", "pkg.mod.x"], "No module named pkg.mod.x; 'pkg.mod' is not a package"),
+    (["torchrun", "--nproc-per-node", "2", "nosuch.py", "--lr", "1"], "can't open file '{cwd}/nosuch.py'"),
+    (["OMP_NUM_THREADS=1", "deepspeed", "--num_gpus", "1", "sub/nosuch.py"], "can't open file '{cwd}/sub/nosuch.py'"),
+    ([PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "nosuch.py"], "can't open file '{cwd}/nosuch.py'"),
+])
+def test_what_python_cannot_open_is_said_in_its_words(work: Path, argv: list[str], says: str) -> None:
+    problem = entry_problem(argv, dict(os.environ), work)
+    assert says.format(cwd=work) in problem and "Nothing was predicted or started" in problem
+
+
+@pytest.mark.parametrize("argv", [
+    [PY, "train.py", "--x"], [PY, "app"], [PY, "-m", "pkg.sub"], [PY, "-m", "pkg.mod"], [PY, "-m", "json.tool"],
+    [PY, "-m", "plug.anything"], [PY, "-c", "print(1)"], [PY, "-Ic", "pass"], [PY, "-"],
+    ["PYTHONPATH=lib", PY, "-m", "elsewhere"],  # the job's PYTHONPATH, relative to its directory as python takes it
+    ["torchrun", "--no-python", "nosuch"], ["torchrun", "--nproc-per-node", "2", "-m", "pkg.sub"],
+    ["bash", "-c", f"{PY} nosuch.py"],  # a shell's command: not read here
+    ["/nonexistent/python3", "-m", "nosuch"],  # another interpreter: its modules are unknown here
+])
+def test_what_python_can_open_or_llmperf_cannot_know_is_not_refused(work: Path, argv: list[str]) -> None:
+    assert entry_problem(argv, dict(os.environ), work) == ""
+
+
+def llmperf(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LLMPERF_HOME": str(cwd / "home")}
+    return subprocess.run([PY, "-m", "llmperf_hook", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=300)
+
+
+def test_a_missing_script_is_refused_before_the_prediction_and_warned_in_a_dry_run(tmp_path: Path) -> None:
+    out = llmperf("run", "--instrument", "2", "--", PY, "nosuch.py", *MEGATRON, cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"can't open file '{tmp_path}/nosuch.py': [Errno 2] No such file or directory" in out.stderr
+    assert "step time" not in out.stderr.lower() and not (tmp_path / "llmperf-runs").exists()
+    dry = llmperf("run", "--dry-run", "--", PY, "nosuch.py", *MEGATRON, cwd=tmp_path)
+    assert dry.returncode == 0 and "warning" in dry.stderr and "can't open file" in dry.stderr, dry.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
+def test_a_run_dir_where_no_folder_can_be_made_is_refused_before_the_prediction(tmp_path: Path) -> None:
+    """/proc passes os.access for root, and mkdir there fails (ENOENT): it failed after the prediction."""
+    (tmp_path / "train.py").write_text("")
+    out = llmperf("run", "--instrument", "1", "--run-dir", "/proc/x", "--", PY, "train.py", *MEGATRON, cwd=tmp_path)
+    assert out.returncode == 2 and "--run-dir '/proc/x'" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "step time" not in out.stderr.lower() and not list(Path("/proc").glob(".llmperf-probe-*"))
