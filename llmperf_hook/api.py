@@ -128,31 +128,40 @@ def calibration_elsewhere_notes(cluster: ClusterSpec, framework: str) -> tuple[s
 
 
 def resolve_cluster(cluster: str | ClusterSpec | None, hardware: str | None) -> tuple[ClusterSpec, tuple[str, ...]]:
-    """The cluster to predict on: given, or (with a warning) the shipped cluster of the `hardware` GPUs, else
-    DEFAULT_CLUSTER; `hardware` replaces its GPU.
+    """The cluster to predict on: given, or (with a warning) the shipped cluster of the `hardware` GPUs, else the
+    cluster `llmperf profile --comm` measured for it, else DEFAULT_CLUSTER; `hardware` replaces its GPU.
     A name that is not a file is looked up lower-case (presets and `llmperf profile` names are lower-case:
     `--cluster DGX-A100` was 'not found')."""
+    spec, notes, _ = assumed_cluster(cluster, hardware)
+    return spec, notes
+
+
+def assumed_cluster(cluster: str | ClusterSpec | None, hardware: str | None
+                    ) -> tuple[ClusterSpec, tuple[str, ...], bool]:
+    """resolve_cluster's (cluster, notes), and whether that cluster is a file `llmperf profile --comm` measured,
+    assumed without --cluster (its gpus_per_node is the ranks that run had: resolve_command keeps a job's ranks
+    per node on one node of it)."""
     cluster = _preset_name(cluster) if isinstance(cluster, str) else cluster
     hardware = _preset_name(hardware) if hardware else hardware
     if isinstance(cluster, ClusterSpec):
-        return (replace(cluster, gpu=load_hardware(hardware)) if hardware else cluster), ()
+        return (replace(cluster, gpu=load_hardware(hardware)) if hardware else cluster), (), False
     if cluster:
-        return load_cluster(cluster, hardware), ()
+        return load_cluster(cluster, hardware), (), False
     home = home_cluster(hardware) if hardware else None
     if home:
         note = (f"no --cluster given: assuming {home}, the shipped cluster of {hardware} GPUs (its nodes and "
                 f"network); pass --cluster NAME|FILE for your system.")
-        return load_cluster(home, hardware), (note,)
+        return load_cluster(home, hardware), (note,), False
     measured = measured_clusters(hardware) if hardware else []
     if measured:
         others = (f" (the newest of {len(measured)} for it: {', '.join(p.stem for p in measured[1:])} too)"
                   if len(measured) > 1 else "")
         note = (f"no --cluster given: assuming {measured[0].stem}, the cluster `llmperf profile --comm` described for "
                 f"{hardware} ({measured[0]}){others}; pass --cluster NAME|FILE for another.")
-        return load_cluster(str(measured[0]), hardware), (note,)
+        return load_cluster(str(measured[0]), hardware), (note,), True
     note = (f"no --cluster given: assuming {DEFAULT_CLUSTER} ({'GPU ' + hardware if hardware else 'its GPUs'}, "
             f"its network); pass --cluster NAME|FILE for your system.")
-    return load_cluster(DEFAULT_CLUSTER, hardware), (note,)
+    return load_cluster(DEFAULT_CLUSTER, hardware), (note,), False
 
 
 @lru_cache(maxsize=None)
@@ -169,15 +178,71 @@ def home_cluster(hardware: str) -> str | None:
 
 
 def measured_clusters(hardware: str) -> list[Path]:
-    """The user's own cluster files of `hardware` ($LLMPERF_HOME/clusters/*.yaml whose `gpu:` it is, as `llmperf
-    profile --comm` writes one for the machine it measured: comm_sampler._ensure_cluster_yaml), newest first (the
-    one assumed, the others named in its note); [] when there is none. For hardware no shipped cluster holds (a CPU
-    or GPU profile of the user's own): the measured network of that machine, not DEFAULT_CLUSTER's NVLink with the
-    hardware swapped in."""
+    """The user's own cluster files of `hardware` on this host, newest first (the one assumed, the others named in
+    its note); [] when there is none. For hardware no shipped cluster holds (a CPU or GPU profile of the user's own):
+    the measured network of that machine, not DEFAULT_CLUSTER's NVLink with the hardware swapped in.
+    A file of $LLMPERF_HOME/clusters is `hardware`'s when its `gpu:` is that name, or when `llmperf profile --comm`
+    recorded the device it ran on (`measured_on: {device, hosts}`, comm_sampler._ensure_cluster_yaml) and that is the
+    device `hardware`'s fitted profile was measured on (a CPU profile named with --name; before, the file named only
+    the default profile name, and such a profile never found its network). A file whose `measured_on.hosts` does not
+    hold this host is another machine's network (two hosts of one CPU model sharing an $LLMPERF_HOME) and is not
+    assumed here; files written before 28 Nov 2026 name no hosts and are read as before."""
     from llmperf_hook.resources import llmperf_home
 
-    found = _cluster_files_of(llmperf_home() / "clusters", hardware)
+    docs = [(path, doc) for path, doc in _cluster_docs(llmperf_home() / "clusters") if _measured_here(doc)]
+    device = profile_device(hardware) if any(_measured_device(doc) for _, doc in docs) else None
+    found = [path for path, doc in docs if str(doc.get("gpu", "")).lower() == hardware.lower()
+             or device is not None and _measured_device(doc) == device]
     return sorted(found, key=lambda path: (path.stat().st_mtime, path), reverse=True)
+
+
+def _cluster_docs(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The mappings of the cluster YAML files in `folder`; an unreadable file is skipped here and reported when it is
+    named with --cluster."""
+    import yaml
+
+    from llmperf_hook.hardware.load import SAFE_LOADER
+
+    docs = []
+    for path in folder.glob("*.y*ml"):
+        try:
+            doc = yaml.load(path.read_text(), Loader=SAFE_LOADER)
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict):
+            docs.append((path, doc))
+    return docs
+
+
+def _measured_device(doc: Mapping[str, Any]) -> str | None:
+    measured_on = doc.get("measured_on")
+    return str(measured_on["device"]) if isinstance(measured_on, dict) and measured_on.get("device") else None
+
+
+def _measured_here(doc: Mapping[str, Any]) -> bool:
+    """Whether this host measured the file's network, or the file does not say (written before hosts were kept)."""
+    import socket
+
+    measured_on = doc.get("measured_on")
+    hosts = measured_on.get("hosts") if isinstance(measured_on, dict) else None
+    return not isinstance(hosts, list) or socket.gethostname() in [str(h) for h in hosts]
+
+
+def profile_device(hardware: str) -> str | None:
+    """The `device` of `hardware`'s fitted profile fingerprint (profile/local_hardware.fingerprint: the CPU model, or
+    torch's GPU name), None without a profile that says."""
+    import json
+
+    from llmperf_hook.predict.fitted import profile_dirs
+
+    for directory in profile_dirs(hardware):
+        try:
+            device = (json.loads((directory / "profile.json").read_text()).get("hardware") or {}).get("device")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if device:
+            return str(device)
+    return None
 
 
 def _cluster_files_of(folder: Path, hardware: str) -> list[Path]:
@@ -206,18 +271,20 @@ def _preset_name(name: str) -> str:
 
 
 def resolve_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
-                    hardware: str | None = None, overrides: JobOverrides = JobOverrides()
+                    hardware: str | None = None, overrides: JobOverrides = JobOverrides(), measured: bool = False
                     ) -> tuple[ParsedJob, TrainingConfig, ClusterSpec, tuple[str, ...]]:
     """Stages [1]-[2] against a cluster: (job, config, cluster, cluster notes). A cluster named here (not the
     assumed default) also says how many GPUs 'every GPU of the node' is (`--nproc-per-node gpu`: one host's GPUs);
     a caller passing a resolved ClusterSpec says so itself through `overrides.cluster_gpus_per_node`. What the
-    cluster's GPUs cannot run (FP8 without FP8 tensor cores) exits 2 here."""
-    spec, notes = resolve_cluster(cluster, hardware)
+    cluster's GPUs cannot run (FP8 without FP8 tensor cores) exits 2 here. `measured`: a resolved ClusterSpec is the
+    one assumed_cluster measured (predict --batch resolves each (cluster, hardware) once)."""
+    spec, notes, assumed = assumed_cluster(cluster, hardware)
+    measured = measured or assumed
     if isinstance(cluster, str) and cluster and overrides.cluster_gpus_per_node is None:
         overrides = replace(overrides, cluster_gpus_per_node=spec.host_gpus)
     job, cfg = resolve_job(list(argv), env, overrides)
     check_precision_support(cfg, spec)
-    if job.nproc_per_node > spec.host_gpus and cluster is None and hardware and _measured_is_assumed(hardware):
+    if job.nproc_per_node > spec.host_gpus and measured:
         notes += (f"{spec.name}'s {spec.gpus_per_node} per node are the ranks `llmperf profile --comm` ran there, "
                   f"not what the machine holds: the job's {job.nproc_per_node} ranks per node are placed on one node "
                   f"of it (pass --cluster NAME|FILE to place them otherwise)",)
@@ -225,15 +292,6 @@ def resolve_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str
     elif job.nproc_per_node > spec.host_gpus:
         notes += (_oversubscribed_node_note(job, spec),)
     return job, cfg, spec, notes
-
-
-def _measured_is_assumed(hardware: str) -> bool:
-    """Whether resolve_cluster(None, hardware) assumed a cluster file `llmperf profile --comm` wrote (its
-    gpus_per_node is the LOCAL_WORLD_SIZE of that run: comm_sampler._ensure_cluster_yaml). A job with more ranks a
-    node was placed on nodes it never named: 4 gloo ranks on one CPU host under a file measured with 2 were priced as
-    2 nodes, with a note that their ranks had no GPU to bind."""
-    hardware = _preset_name(hardware)
-    return home_cluster(hardware) is None and bool(measured_clusters(hardware))
 
 
 def _oversubscribed_node_note(job: ParsedJob, spec: ClusterSpec) -> str:
@@ -250,9 +308,10 @@ def _oversubscribed_node_note(job: ParsedJob, spec: ClusterSpec) -> str:
 
 def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
                     hardware: str | None = None, overrides: JobOverrides = JobOverrides(),
-                    detail: bool = False) -> Prediction:
+                    detail: bool = False, measured: bool = False) -> Prediction:
     """Stages [1]-[5] for a launch command (without the leading `llmperf`); see resolve_command."""
-    job, cfg, spec, notes = resolve_command(argv, env, cluster=cluster, hardware=hardware, overrides=overrides)
+    job, cfg, spec, notes = resolve_command(argv, env, cluster=cluster, hardware=hardware, overrides=overrides,
+                                            measured=measured)
     estimate = predict_config(cfg, spec, detail=detail)
     return Prediction(job=job, config=cfg, estimate=estimate, cluster=spec,
                       warnings=tuple(job.warnings) + tuple(cfg.warnings) + notes)

@@ -210,7 +210,7 @@ def join_continued_lines(lines: list[str]) -> list[tuple[int, str]]:
 
 def predict_batch_line(line: str, defaults: dict[str, Any], clusters: dict[tuple, Any]) -> tuple[Any, str | None] | None:
     """One batch line -> (prediction, the line's --id or None); None for a blank or comment line. `clusters`
-    memoises (cluster, hardware) -> (spec, warnings)."""
+    memoises (cluster, hardware) -> (spec, warnings, measured: api.assumed_cluster)."""
     from llmperf_hook import api
 
     parsed = parse_batch_line(line, defaults)
@@ -219,12 +219,13 @@ def predict_batch_line(line: str, defaults: dict[str, Any], clusters: dict[tuple
     argv, opts = parsed
     key = (opts["cluster"], opts["hardware"])
     if key not in clusters:
-        clusters[key] = api.resolve_cluster(opts["cluster"], opts["hardware"])
-    spec, notes = clusters[key]
+        clusters[key] = api.assumed_cluster(opts["cluster"], opts["hardware"])
+    spec, notes, measured = clusters[key]
     job_overrides = overrides(opts["nnodes"], opts["nproc_per_node"], opts["model"])
     if opts["cluster"]:  # a named cluster sizes 'every GPU of the node'; the assumed default does not
         job_overrides = replace(job_overrides, cluster_gpus_per_node=spec.gpus_per_node)
-    pred = api.predict_command(argv, dict(os.environ), cluster=spec, hardware=None, overrides=job_overrides)
+    pred = api.predict_command(argv, dict(os.environ), cluster=spec, hardware=None, overrides=job_overrides,
+                               measured=measured)  # its ranks per node kept on one node, as predict does
     if notes:
         pred = replace(pred, warnings=pred.warnings + notes)
     return pred, opts.get("id")

@@ -17,7 +17,9 @@ imported inside.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,12 +222,13 @@ def _sample_and_fit(dist, req: CommRequest, device: str) -> CommResult:
                 rounds[(li, kind)] = None if times is None else [*(rounds.get((li, kind)) or []), times]
     samples = [CommSamples(kind, layouts[li][2], layouts[li][3], np.asarray(sizes, dtype=float),
                            quietest_round(runs)) for (li, kind), runs in rounds.items() if runs]
-    machines: list[str] = [""] * world
-    dist.all_gather_object(machines, machine_id())
-    note = same_machine_note(machines, local)
+    machines: list[Any] = [None] * world
+    dist.all_gather_object(machines, (machine_id(), socket.gethostname()))
+    note = same_machine_note([machine for machine, _ in machines], local)
     if note:
         notes.append(note)
-    return _write(dist, req, samples, notes, labels, device, rounds={k: v for k, v in rounds.items() if v})
+    return _write(dist, req, samples, notes, labels, device, rounds={k: v for k, v in rounds.items() if v},
+                  hosts=tuple(sorted({host for _, host in machines})))
 
 
 def quietest_round(runs: Sequence[Sequence[float]]) -> np.ndarray:
@@ -234,7 +237,7 @@ def quietest_round(runs: Sequence[Sequence[float]]) -> np.ndarray:
 
 
 def _write(dist, req: CommRequest, samples: list[CommSamples], notes: list[str], labels: list[str],
-           device: str, rounds: dict | None = None) -> CommResult:
+           device: str, rounds: dict | None = None, hosts: Sequence[str] = ()) -> CommResult:
     n = sum(len(s.time_s) for s in samples)
     if dist.get_rank() != 0:
         return CommResult(None, n, tuple(labels), tuple(notes))
@@ -252,7 +255,7 @@ def _write(dist, req: CommRequest, samples: list[CommSamples], notes: list[str],
     notes += [_fit_line(fit) for fit in model.layouts]
     if model.provenance.get("rejected_layouts"):
         notes.append(f"not fitted: {model.provenance['rejected_layouts']}")
-    cluster_yaml = _ensure_cluster_yaml(req.cluster_name, model, device, dist.get_world_size())
+    cluster_yaml = _ensure_cluster_yaml(req.cluster_name, model, device, dist.get_world_size(), hosts)
     if cluster_yaml is not None:
         notes.append(f"wrote {cluster_yaml}: `--cluster {req.cluster_name}` now names this machine (edit it for "
                      f"a larger cluster of the same nodes)")
@@ -313,9 +316,12 @@ def check_message_sizes(req: CommRequest, local_ranks: int, memory_bytes: int) -
                          f"here. Give a --max-bytes of at most {memory_bytes / 6 / local_ranks:.3g}.")
 
 
-def _ensure_cluster_yaml(name: str, model: Any, device: str, world: int) -> Path | None:
+def _ensure_cluster_yaml(name: str, model: Any, device: str, world: int, hosts: Sequence[str] = ()) -> Path | None:
     """$LLMPERF_HOME/clusters/NAME.yaml describing the measured machine, when NAME is no cluster yet (so the
-    `--cluster NAME` that uses the comm model also resolves); an existing cluster file is never touched."""
+    `--cluster NAME` that uses the comm model also resolves); an existing cluster file is never touched. It records
+    what it measured on (`measured_on`: the device as profile fingerprints name it, and the ranks' hosts), so that
+    predict assumes it for a profile of that device whatever its --name, and on those hosts only (api.measured_clusters:
+    two machines of one CPU model sharing an $LLMPERF_HOME have one profile name but not one network)."""
     from llmperf_hook.hardware.load import find_config_file
     from llmperf_hook.profile import local_hardware as lh
 
@@ -336,7 +342,9 @@ def _ensure_cluster_yaml(name: str, model: Any, device: str, world: int) -> Path
            "inter_node_latency_us": round((inter.alpha_s if inter else 1e-5) * 1e6, 2),
            "description": f"{lh.fingerprint(device, 1)['device']} x{local} per node, measured by `llmperf profile "
                           f"--comm` ({world} ranks); collectives use the fitted comm model of the same name",
-           "sources": f"all-reduce alpha-beta fits, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"}
+           "sources": f"all-reduce alpha-beta fits, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+           "measured_on": {"device": lh.fingerprint(device, 1)["device"],
+                           "hosts": list(hosts) or [socket.gethostname()]}}
     path = llmperf_home() / "clusters" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -344,11 +352,15 @@ def _ensure_cluster_yaml(name: str, model: Any, device: str, world: int) -> Path
 
 
 def _local_hardware_name(device: str) -> str:
-    """The hardware preset of this device (`llmperf profile`'s default name), written from measurements when no
-    hardware file of that name exists yet."""
+    """The hardware this device is: the newest fitted profile of it in $LLMPERF_HOME (`llmperf profile --name
+    my-cpu` on this machine: the file named the default name, which that profile never looked up), else the
+    default profile name, whose hardware file is written from measurements when none of that name exists yet."""
     from llmperf_hook.hardware.load import find_config_file
     from llmperf_hook.profile import local_hardware as lh
 
+    profiled = _newest_profile_of(lh.fingerprint(device, 1)["device"])
+    if profiled is not None:
+        return profiled
     name = lh.default_profile_name(device, 1)
     try:
         find_config_file("hardware", name)
@@ -358,3 +370,16 @@ def _local_hardware_name(device: str) -> str:
         lh.write_hardware_yaml(name, device, peaks, lh.measure_roofline("fp32", device, 1), 1)
     return name
 
+
+
+def _newest_profile_of(device_name: str) -> str | None:
+    """The most recently fitted profile in $LLMPERF_HOME/profiles whose fingerprint device is `device_name`."""
+    found = []
+    for meta in (llmperf_home() / "profiles").glob("*/profile.json"):
+        try:
+            device = (json.loads(meta.read_text()).get("hardware") or {}).get("device")
+            if device == device_name:
+                found.append((meta.stat().st_mtime, meta.parent.name))
+        except (OSError, ValueError, AttributeError):
+            continue
+    return max(found)[1] if found else None

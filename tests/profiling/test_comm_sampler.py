@@ -178,14 +178,15 @@ def test_rounds_are_interleaved_and_the_quietest_is_fitted(monkeypatch: pytest.M
     captured = {}
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setattr(comm_sampler, "_measure_layout", measure)
-    monkeypatch.setattr(comm_sampler, "_write", lambda dist, req, samples, notes, labels, device, rounds=None:
-                        captured.update(samples=samples, notes=notes, rounds=rounds))
+    monkeypatch.setattr(comm_sampler, "_write", lambda dist, req, samples, notes, labels, device, rounds=None, hosts=():
+                        captured.update(samples=samples, notes=notes, rounds=rounds, hosts=hosts))
     req = CommRequest("c", num_sizes=3, collectives=("allreduce", "allgather", "reducescatter"), rounds=3)
     comm_sampler._sample_and_fit(FakeDist(), req, "cpu")
     assert calls == ["allreduce", "allgather", "reducescatter", "allreduce", "allgather", "allreduce", "allgather"]
     assert [s.collective for s in captured["samples"]] == ["allreduce", "allgather"]
     assert np.allclose(captured["samples"][0].time_s, [1e-4, 2e-4, 3e-4])  # round 0, the quietest
     assert len(captured["notes"]) == 1 and "reducescatter" in captured["notes"][0]
+    assert captured["hosts"] == (comm_sampler.socket.gethostname(),)  # the ranks' hosts, for the cluster file
     rows = comm_sampler._store_rows("c", "gloo", captured["samples"], captured["rounds"])
     assert len(rows) == 2 * 3 * 3 and max(r.time_s for r in rows) == pytest.approx(9e-4)
 
@@ -213,3 +214,23 @@ def test_one_rank_is_refused_before_the_process_group(monkeypatch: pytest.Monkey
         monkeypatch.setenv("WORLD_SIZE", world)
         with pytest.raises(UsageError, match=f"at least 2 processes, but \\$WORLD_SIZE='{world}'"):
             comm_sampler.run_comm_profile(CommRequest("c"))
+
+
+def test_the_cluster_file_says_what_it_measured_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R75: the file named the default profile name (`cpu-<model>-1t`) whatever profile this machine had, and no
+    host. Now its gpu is the newest profile of this device, and measured_on names the device and the ranks' hosts."""
+    import json
+
+    from llmperf_hook.profile import local_hardware
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(local_hardware, "fingerprint", lambda device, threads: {"device": "Test CPU 9000"})
+    for name, device in (("my-cpu", "Test CPU 9000"), ("elsewhere", "Other CPU")):
+        (tmp_path / "profiles" / name).mkdir(parents=True)
+        (tmp_path / "profiles" / name / "profile.json").write_text(json.dumps({"hardware": {"device": device}}))
+    assert comm_sampler._local_hardware_name("cpu") == "my-cpu"
+    monkeypatch.setattr(comm_sampler, "_local_hardware_name", lambda device: "my-cpu")
+    path = comm_sampler._ensure_cluster_yaml("mybox", _model("mybox"), "cpu", 4, ("node-a", "node-b"))
+    doc = yaml.safe_load(path.read_text())
+    assert doc["gpu"] == "my-cpu" and doc["measured_on"] == {"device": "Test CPU 9000", "hosts": ["node-a", "node-b"]}
