@@ -3,10 +3,10 @@
 1. `llmperf predict` of GPT-3 175B on 1,024 A100 (TP 8, PP 16, DP 8, 192 micro-batches): whole process wall
    time and CPU time, medians of 10 runs (target < 0.5 s), and whether torch got imported (must not); the child's
    CPU split into interpreter start-up, imports (cli, commands.predict, api) and the command's own run.
-   Bytecode as an installed llmperf has it: the children compile into a temporary PYTHONPYCACHEPREFIX once (an
-   uncounted first run), whatever PYTHONDONTWRITEBYTECODE says. Without that, each module edited since its .pyc was
-   written (or every module of a `git archive` copy) is compiled again in every run: ~0.2-0.3 s of CPU of a
-   process that costs ~0.45 s, and the spread of the figures taken so (H193).
+   Bytecode as an installed llmperf has it: the children (of 1 and 2) compile into a temporary
+   PYTHONPYCACHEPREFIX once (an uncounted first run of 1), whatever PYTHONDONTWRITEBYTECODE says. Without that,
+   each module edited since its .pyc was written (or every module of a `git archive` copy) is compiled again in
+   every run: ~0.2-0.3 s of CPU of a process that costs ~0.45 s, and the spread of the figures taken so (H193).
 2. `llmperf predict --batch FILE --format json` over 400 varied commands: commands per second (target >= 200).
 3. `api.predict_config` alone: median milliseconds per call for the GPT-3 case (what `tune` pays per candidate).
 Run with one thread: OMP_NUM_THREADS=1 python benchmarks/bench_predict_speed.py
@@ -46,24 +46,29 @@ def _child_cpu_s() -> float:
 WHOLE_PROCESS_RUNS = 10
 
 
-def whole_process_s(runs: int = WHOLE_PROCESS_RUNS) -> tuple[float, float, bool, tuple[float, float]]:
+def child_env(pycache: str) -> dict[str, str]:
+    """The children's environment: one thread, bytecode written to (and read from) `pycache`, as an installed
+    llmperf reads its .pyc files, whatever PYTHONDONTWRITEBYTECODE says."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPYCACHEPREFIX": pycache}
+
+
+def whole_process_s(env: dict[str, str], runs: int = WHOLE_PROCESS_RUNS
+                    ) -> tuple[float, float, bool, tuple[float, float]]:
     """(median wall s, median CPU s of the child, torch imported?, (median start-up CPU s, median import CPU s)) of
     a whole `llmperf predict` process, after one uncounted run that writes the bytecode."""
-    with tempfile.TemporaryDirectory() as pycache:
-        env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "OMP_NUM_THREADS": "1",
-               "PYTHONPYCACHEPREFIX": pycache}
-        walls, cpus, splits, torch_loaded = [], [], [], False
-        for run in range(runs + 1):
-            start, cpu0 = time.perf_counter(), _child_cpu_s()
-            out = subprocess.run([sys.executable, "-c", PROBE, "predict", "--cluster", "dgx-a100", "--format", "json",
-                                  "--", *GPT3.split()], capture_output=True, text=True, env=env, check=True)
-            if run == 0:
-                continue
-            walls.append(time.perf_counter() - start)
-            cpus.append(_child_cpu_s() - cpu0)
-            torch_loaded |= "TORCH=True" in out.stderr
-            split = [ln for ln in out.stderr.splitlines() if ln.startswith("CPU_SPLIT=")][-1]
-            splits.append(tuple(float(v) for v in split[len("CPU_SPLIT="):].split()))
+    walls, cpus, splits, torch_loaded = [], [], [], False
+    for run in range(runs + 1):
+        start, cpu0 = time.perf_counter(), _child_cpu_s()
+        out = subprocess.run([sys.executable, "-c", PROBE, "predict", "--cluster", "dgx-a100", "--format", "json",
+                              "--", *GPT3.split()], capture_output=True, text=True, env=env, check=True)
+        if run == 0:
+            continue
+        walls.append(time.perf_counter() - start)
+        cpus.append(_child_cpu_s() - cpu0)
+        torch_loaded |= "TORCH=True" in out.stderr
+        split = [ln for ln in out.stderr.splitlines() if ln.startswith("CPU_SPLIT=")][-1]
+        splits.append(tuple(float(v) for v in split[len("CPU_SPLIT="):].split()))
     startup, imports = (statistics.median(part) for part in zip(*splits))
     return statistics.median(walls), statistics.median(cpus), torch_loaded, (startup, imports)
 
@@ -82,15 +87,14 @@ def batch_lines(n: int) -> list[str]:
     return lines
 
 
-def batch_rate(n: int = 400) -> tuple[float, float]:
+def batch_rate(env: dict[str, str], n: int = 400) -> tuple[float, float]:
     """(commands per wall second, commands per CPU second of the child)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "commands.txt"
         path.write_text("\n".join(batch_lines(n)) + "\n")
         start, cpu0 = time.perf_counter(), _child_cpu_s()
         out = subprocess.run([sys.executable, "-m", "llmperf_hook", "predict", "--cluster", "dgx-h100", "--batch",
-                              str(path), "--format", "json"], capture_output=True, text=True,
-                             env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+                              str(path), "--format", "json"], capture_output=True, text=True, env=env, check=True)
         elapsed, cpu = time.perf_counter() - start, _child_cpu_s() - cpu0
     rows = out.stdout.splitlines()
     assert len(rows) == n and not any('"error"' in r for r in rows), out.stdout[:500]
@@ -116,13 +120,15 @@ def predict_config_ms(runs: int = 20) -> float:
 def main() -> None:
     print(f"machine load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores: wall times of a shared "
           f"machine stretch with load; CPU seconds of the child do not")
-    wall, cpu, torch_loaded, (startup, imports) = whole_process_s()
+    with tempfile.TemporaryDirectory() as pycache:
+        env = child_env(pycache)
+        wall, cpu, torch_loaded, (startup, imports) = whole_process_s(env)
+        rate, cpu_rate = batch_rate(env)
     print(f"llmperf predict GPT-3 175B on 1,024 GPUs: {wall:.3f} s wall, {cpu:.3f} s CPU, whole process (median of "
           f"{WHOLE_PROCESS_RUNS}; target < 0.5 s); torch imported: {torch_loaded}")
     print(f"  of its CPU: {startup:.3f} s interpreter start-up, {imports:.3f} s importing cli, commands.predict and "
           f"api (numpy, yaml, click with them), the rest ({cpu - startup - imports:.3f} s) the command itself with "
           f"the modules it imports on the way")
-    rate, cpu_rate = batch_rate()
     print(f"llmperf predict --batch (400 commands, json): {rate:.0f} commands/s wall, {cpu_rate:.0f} per CPU second "
           f"(target >= 200)")
     print(f"api.predict_config GPT-3 175B, 1,024 GPUs: {predict_config_ms():.1f} ms per call (median of 20)")
