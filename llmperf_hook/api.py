@@ -152,7 +152,7 @@ def assumed_cluster(cluster: str | ClusterSpec | None, hardware: str | None
         note = (f"no --cluster given: assuming {home}, the shipped cluster of {hardware} GPUs (its nodes and "
                 f"network); pass --cluster NAME|FILE for your system.")
         return load_cluster(home, hardware), (note,), False
-    measured = measured_clusters(hardware) if hardware else []
+    measured, elsewhere = _measured_files(hardware) if hardware else ([], [])
     if measured:
         others = (f" (the newest of {len(measured)} for it: {', '.join(p.stem for p in measured[1:])} too)"
                   if len(measured) > 1 else "")
@@ -161,6 +161,12 @@ def assumed_cluster(cluster: str | ClusterSpec | None, hardware: str | None
         return load_cluster(str(measured[0]), hardware), (note,), True
     note = (f"no --cluster given: assuming {DEFAULT_CLUSTER} ({'GPU ' + hardware if hardware else 'its GPUs'}, "
             f"its network); pass --cluster NAME|FILE for your system.")
+    if elsewhere:
+        import socket
+
+        note += (f" {', '.join(str(p) for p in elsewhere)} describe{'s' if len(elsewhere) == 1 else ''} {hardware} as "
+                 f"other hosts measured it (`llmperf profile --comm`), not this one ({socket.gethostname()}): pass "
+                 f"--cluster {elsewhere[0].stem} if this host is one of its nodes.")
     return load_cluster(DEFAULT_CLUSTER, hardware), (note,), False
 
 
@@ -187,13 +193,19 @@ def measured_clusters(hardware: str) -> list[Path]:
     the default profile name, and such a profile never found its network). A file whose `measured_on.hosts` does not
     hold this host is another machine's network (two hosts of one CPU model sharing an $LLMPERF_HOME) and is not
     assumed here; files written before 28 Nov 2026 name no hosts and are read as before."""
+    return _measured_files(hardware)[0]
+
+
+def _measured_files(hardware: str) -> tuple[list[Path], list[Path]]:
+    """(`hardware`'s cluster files measured here, newest first; those other hosts measured), one folder scan."""
     from llmperf_hook.resources import llmperf_home
 
-    docs = [(path, doc) for path, doc in _cluster_docs(llmperf_home() / "clusters") if _measured_here(doc)]
+    docs = _cluster_docs(llmperf_home() / "clusters")
     device = profile_device(hardware) if any(_measured_device(doc) for _, doc in docs) else None
-    found = [path for path, doc in docs if str(doc.get("gpu", "")).lower() == hardware.lower()
-             or device is not None and _measured_device(doc) == device]
-    return sorted(found, key=lambda path: (path.stat().st_mtime, path), reverse=True)
+    found = sorted(((path, doc) for path, doc in docs if str(doc.get("gpu", "")).lower() == hardware.lower()
+                    or device is not None and _measured_device(doc) == device),
+                   key=lambda item: (item[0].stat().st_mtime, item[0]), reverse=True)
+    return [path for path, doc in found if _measured_here(doc)], [path for path, doc in found if not _measured_here(doc)]
 
 
 def _cluster_docs(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
