@@ -10,12 +10,15 @@
 2. `llmperf predict --batch FILE --format json` over 400 varied commands: commands per second (target >= 200).
 3. `api.predict_config` alone: median milliseconds per call for the GPT-3 case (what `tune` pays per candidate).
 Run with one thread: OMP_NUM_THREADS=1 python benchmarks/bench_predict_speed.py
+`--against TREE [--runs N]`: only figure 1's CPU and wall, of this tree and TREE (another checkout or a `git archive`
+of a commit), from interleaved runs with warm bytecode for both.
 The machine's load average is printed before and after: wall times of a shared machine stretch with load (CPU
 seconds of the child much less), so compare figures taken at the same load, or alternate the two trees' runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import statistics
@@ -32,10 +35,11 @@ GPT3 = ("torchrun --nnodes 128 --nproc-per-node 8 pretrain_gpt.py --num-layers 9
 PROBE = ("import sys, time\nstart_s = time.process_time()\nsys.argv = ['llmperf'] + sys.argv[1:]\n"
          "from llmperf_hook.cli import main\nimport llmperf_hook.commands.predict, llmperf_hook.api\n"
          "imports_s = time.process_time() - start_s\n"
-         "try:\n    main()\nfinally:\n    sys.stderr.write('TORCH=%s\\nCPU_SPLIT=%r %r\\n' % ('torch' in sys.modules, "
-         "start_s, imports_s))\n")
-"""Runs `llmperf ARGS` in the child and reports on stderr whether torch got imported and the CPU seconds spent
-before its first line (interpreter and site start-up) and on importing the predict path's main modules."""
+         "try:\n    main()\nfinally:\n    sys.stderr.write('TORCH=%s\\nCPU_SPLIT=%r %r\\nFROM=%s\\n' % ('torch' in "
+         "sys.modules, start_s, imports_s, sys.modules['llmperf_hook'].__file__))\n")
+"""Runs `llmperf ARGS` in the child and reports on stderr whether torch got imported, the CPU seconds spent
+before its first line (interpreter and site start-up) and on importing the predict path's main modules, and which
+llmperf_hook it ran."""
 
 
 def _child_cpu_s() -> float:
@@ -53,24 +57,48 @@ def child_env(pycache: str) -> dict[str, str]:
     return {**env, "OMP_NUM_THREADS": "1", "PYTHONPYCACHEPREFIX": pycache}
 
 
+ROOT = Path(__file__).resolve().parents[1]
+"""This tree: the children run in it, so `-c PROBE` imports its llmperf_hook (sys.path[0] is the working folder)."""
+
+
+def _predict_process(env: dict[str, str], tree: Path) -> tuple[float, float, str]:
+    """(wall s, CPU s, stderr) of one `llmperf predict` process of the GPT-3 case run in `tree`."""
+    start, cpu0 = time.perf_counter(), _child_cpu_s()
+    out = subprocess.run([sys.executable, "-c", PROBE, "predict", "--cluster", "dgx-a100", "--format", "json", "--",
+                          *GPT3.split()], capture_output=True, text=True, env=env, cwd=tree, check=True)
+    ran = [ln for ln in out.stderr.splitlines() if ln.startswith("FROM=")][-1][len("FROM="):]
+    if not Path(ran).resolve().is_relative_to(tree):  # a tree without llmperf_hook/ runs the installed one
+        raise SystemExit(f"{tree} holds no llmperf_hook package: its run imported {ran}")
+    return time.perf_counter() - start, _child_cpu_s() - cpu0, out.stderr
+
+
 def whole_process_s(env: dict[str, str], runs: int = WHOLE_PROCESS_RUNS
                     ) -> tuple[float, float, bool, tuple[float, float]]:
     """(median wall s, median CPU s of the child, torch imported?, (median start-up CPU s, median import CPU s)) of
     a whole `llmperf predict` process, after one uncounted run that writes the bytecode."""
+    _predict_process(env, ROOT)
     walls, cpus, splits, torch_loaded = [], [], [], False
-    for run in range(runs + 1):
-        start, cpu0 = time.perf_counter(), _child_cpu_s()
-        out = subprocess.run([sys.executable, "-c", PROBE, "predict", "--cluster", "dgx-a100", "--format", "json",
-                              "--", *GPT3.split()], capture_output=True, text=True, env=env, check=True)
-        if run == 0:
-            continue
-        walls.append(time.perf_counter() - start)
-        cpus.append(_child_cpu_s() - cpu0)
-        torch_loaded |= "TORCH=True" in out.stderr
-        split = [ln for ln in out.stderr.splitlines() if ln.startswith("CPU_SPLIT=")][-1]
+    for _ in range(runs):
+        wall, cpu, stderr = _predict_process(env, ROOT)
+        walls.append(wall)
+        cpus.append(cpu)
+        torch_loaded |= "TORCH=True" in stderr
+        split = [ln for ln in stderr.splitlines() if ln.startswith("CPU_SPLIT=")][-1]
         splits.append(tuple(float(v) for v in split[len("CPU_SPLIT="):].split()))
     startup, imports = (statistics.median(part) for part in zip(*splits))
     return statistics.median(walls), statistics.median(cpus), torch_loaded, (startup, imports)
+
+
+def interleaved_s(env: dict[str, str], trees: list[Path], runs: int) -> list[tuple[float, float]]:
+    """(median wall s, median CPU s) of each tree's `llmperf predict` process, the trees' runs alternating (their
+    order reversed every other round) so that both see the same load; one uncounted run each writes the bytecode."""
+    for tree in trees:
+        _predict_process(env, tree)
+    times: dict[Path, list[tuple[float, float]]] = {tree: [] for tree in trees}
+    for run in range(runs):
+        for tree in trees if run % 2 == 0 else trees[::-1]:
+            times[tree].append(_predict_process(env, tree)[:2])
+    return [(statistics.median(w for w, _ in times[t]), statistics.median(c for _, c in times[t])) for t in trees]
 
 
 def batch_lines(n: int) -> list[str]:
@@ -94,7 +122,8 @@ def batch_rate(env: dict[str, str], n: int = 400) -> tuple[float, float]:
         path.write_text("\n".join(batch_lines(n)) + "\n")
         start, cpu0 = time.perf_counter(), _child_cpu_s()
         out = subprocess.run([sys.executable, "-m", "llmperf_hook", "predict", "--cluster", "dgx-h100", "--batch",
-                              str(path), "--format", "json"], capture_output=True, text=True, env=env, check=True)
+                              str(path), "--format", "json"], capture_output=True, text=True, env=env, cwd=ROOT,
+                             check=True)
         elapsed, cpu = time.perf_counter() - start, _child_cpu_s() - cpu0
     rows = out.stdout.splitlines()
     assert len(rows) == n and not any('"error"' in r for r in rows), out.stdout[:500]
@@ -117,9 +146,26 @@ def predict_config_ms(runs: int = 20) -> float:
     return statistics.median(times) * 1e3
 
 
+def compare(against: Path, runs: int) -> None:
+    """Print this tree's and `against`'s figures of the GPT-3 process from interleaved runs (e.g. a `git archive` of
+    the session's base commit: `git archive BASE | tar -x -C /tmp/base`)."""
+    with tempfile.TemporaryDirectory() as pycache:
+        figures = interleaved_s(child_env(pycache), [ROOT, against], runs)
+    for tree, (wall, cpu) in zip((ROOT, against), figures):
+        print(f"{tree}: {cpu:.3f} s CPU, {wall:.3f} s wall (medians of {runs}, interleaved)")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", type=Path, help="another tree: compare the GPT-3 process's CPU with it only")
+    parser.add_argument("--runs", type=int, default=15, help="runs of each tree with --against (default 15)")
+    args = parser.parse_args()
     print(f"machine load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores: wall times of a shared "
           f"machine stretch with load; CPU seconds of the child do not")
+    if args.against is not None:
+        compare(args.against.resolve(), args.runs)
+        print(f"machine load average (1 min) at the end {os.getloadavg()[0]:.2f}")
+        return
     with tempfile.TemporaryDirectory() as pycache:
         env = child_env(pycache)
         wall, cpu, torch_loaded, (startup, imports) = whole_process_s(env)
