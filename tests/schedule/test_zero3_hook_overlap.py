@@ -1,0 +1,90 @@
+"""DeepSpeed ZeRO-3's hooks run on the host beside the pass's kernels (schedule/zero3_hook_overlap.py): a pass lasts
+max(GPU time, host issue + hooks), so a GPU-bound model hides them and a host-bound one shows them whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.api import predict_command
+from llmperf_hook.graph.zero3_hooks import ZERO3_HOOK_S_PER_TENSOR
+from llmperf_hook.schedule.compose import PassCost
+from llmperf_hook.schedule.zero3_hook_overlap import ZERO3_HOOK_FORWARD_SHARE, hooked_pass, pass_hooks_s
+
+TRAIN = str(Path(__file__).resolve().parents[2] / "examples" / "cpu-testbed" / "train_gpt.py")
+
+
+def _pass(total_s: float) -> PassCost:
+    return PassCost(total_s, total_s, 0.0, {})
+
+
+def test_gpu_bound_pass_hides_the_hooks() -> None:
+    cost = hooked_pass(_pass(10e-3), pass_host_s=3e-3, hooks_s=5e-3, overlap=True)
+    assert cost.total_s == pytest.approx(10e-3)
+    assert cost.hooks_wait_s == 0.0
+
+
+def test_host_bound_pass_lasts_issue_plus_hooks() -> None:
+    cost = hooked_pass(_pass(10e-3), pass_host_s=8e-3, hooks_s=5e-3, overlap=True)
+    assert cost.total_s == pytest.approx(13e-3)
+    assert cost.hooks_wait_s == pytest.approx(3e-3)
+
+
+def test_without_overlap_the_hooks_add() -> None:
+    """A CPU device (host_per_op_s 0: the host runs the ops itself), or DeepSpeed before v0.5.5 (every fetch after a
+    device synchronize): the hooks come on top."""
+    cost = hooked_pass(_pass(10e-3), pass_host_s=0.0, hooks_s=5e-3, overlap=False)
+    assert cost.total_s == pytest.approx(15e-3)
+    assert cost.hooks_wait_s == pytest.approx(5e-3)
+
+
+def test_split_between_passes_and_recompute() -> None:
+    """The forward carries its cProfile share; the backward the rest, plus the forward's again for what it
+    recomputes (the recomputed modules' fetch and release hooks run once more)."""
+    fwd, bwd = pass_hooks_s(1.0, False, 0.0), pass_hooks_s(1.0, True, 0.0)
+    assert fwd == pytest.approx(ZERO3_HOOK_FORWARD_SHARE)
+    assert fwd + bwd == pytest.approx(1.0)
+    assert pass_hooks_s(1.0, True, 1.0) == pytest.approx(1.0)
+    assert pass_hooks_s(1.0, True, 0.5) == pytest.approx(bwd + 0.5 * fwd)
+
+
+def _zero3(tmp_path: Path, layers: int, hidden: int, micro: int, heads: int = 16) -> tuple[float, dict[str, float]]:
+    ds = tmp_path / "ds3.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": micro,
+                              "train_batch_size": micro}))
+    shape = ["--no-pipeline-parallel", "--num-layers", str(layers), "--hidden-size", str(hidden),
+             "--num-attention-heads", str(heads), "--seq-length", "2048", "--max-position-embeddings", "2048",
+             "--vocab-size", "32000", "--bf16", "--micro-batch-size", str(micro), "--global-batch-size", str(micro)]
+    pred = predict_command(["deepspeed", "--num_gpus", "1", TRAIN, "--deepspeed_config", str(ds), *shape], {},
+                           cluster="dgx-h100")
+    return pred.estimate.step_time_s, dict(pred.estimate.breakdown)
+
+
+def test_large_layers_hide_their_hooks_small_ones_do_not(tmp_path: Path) -> None:
+    """4 layers: 52 tensors. hidden 8192, micro-batch 8: each layer's GEMMs outlast its hooks (~0.2 ms a tensor),
+    nothing shows; hidden 512, micro-batch 1: the GPU idles for almost all of them."""
+    big_s, big = _zero3(tmp_path, 4, 8192, 8, heads=64)
+    assert big.get("host_zero3_hooks", 0.0) == 0.0
+    small_s, small = _zero3(tmp_path, 4, 512, 1, heads=8)
+    hooks_s = 52 * ZERO3_HOOK_S_PER_TENSOR
+    assert 0.7 * hooks_s < small["host_zero3_hooks"] <= hooks_s
+    for step_s, parts in ((big_s, big), (small_s, small)):
+        assert sum(parts.values()) == pytest.approx(step_s, rel=1e-6)
+
+
+def test_releases_whose_fetch_synchronises_add_the_hooks(tmp_path: Path) -> None:
+    """DeepSpeed before v0.5.5 (LLMPERF_DEEPSPEED_VERSION=0.4.2, frameworks/deepspeed_release.py): the large model
+    whose kernels hide today's hooks shows them whole."""
+    ds = tmp_path / "ds3.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 8,
+                              "train_batch_size": 8}))
+    shape = ["--no-pipeline-parallel", "--num-layers", "4", "--hidden-size", "8192", "--num-attention-heads", "64",
+             "--seq-length", "2048", "--max-position-embeddings", "2048", "--vocab-size", "32000", "--bf16",
+             "--micro-batch-size", "8", "--global-batch-size", "8"]
+    argv = ["deepspeed", "--num_gpus", "1", TRAIN, "--deepspeed_config", str(ds), *shape]
+    old = predict_command(["env", "LLMPERF_DEEPSPEED_VERSION=0.4.2", *argv], {}, cluster="dgx-h100")
+    parts = old.estimate.breakdown
+    assert parts["host_zero3_hooks"] == pytest.approx(52 * ZERO3_HOOK_S_PER_TENSOR, rel=1e-6)
+    assert sum(parts.values()) == pytest.approx(old.estimate.step_time_s, rel=1e-6)
