@@ -76,3 +76,38 @@ def test_full_recompute_replays_both_and_selective_replays_the_copy_only() -> No
     assert {"attn.qkv_bias", "attn.context_copy"} <= set(replayed("full"))
     # Selective recompute checkpoints the core attention, whose forward ends with the context copy.
     assert "attn.context_copy" in replayed("selective") and "attn.qkv_bias" not in replayed("selective")
+
+
+def test_torch_scripts_nn_linear_fuses_the_qkv_bias_into_addmm() -> None:
+    """A torch script's attention is nn.Linear (aten::linear -> addmm: the bias in the GEMM's epilogue; the testbed's
+    H200 kernel tables show 48 addmm a step and no bias add): no separate add, whichever framework steps it. The
+    testbed's train_gpt.py under DeepSpeed resolves to the local layers with a QKV bias, so it was priced before."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from llmperf_hook.api import resolve_command
+    from llmperf_hook.graph.build import build_graph
+
+    train = str(Path(__file__).resolve().parents[2] / "examples" / "cpu-testbed" / "train_gpt.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        ds = Path(tmp) / "ds.json"
+        ds.write_text(json.dumps({"zero_optimization": {"stage": 1}, "train_micro_batch_size_per_gpu": 2}))
+        argv = ["deepspeed", "--num_gpus", "1", train, "--deepspeed_config", str(ds), "--no-pipeline-parallel",
+                "--num-layers", "2", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
+                "--max-position-embeddings", "1024", "--vocab-size", "32000", "--bf16", "--micro-batch-size", "2",
+                "--global-batch-size", "2"]
+        _, cfg, cluster, _ = resolve_command(argv, {}, cluster="dgx-h100")
+    assert cfg.transformer_impl == "local" and cfg.model.qkv_biased
+    ops = [op.name for chunk in build_graph(cfg, cluster).stages[0].chunks for b in chunk.blocks for op in b.fwd]
+    assert "attn.qkv" in ops and "attn.qkv_bias" not in ops
+    megatron_fwd, _ = _layer(transformer_impl="local")
+    assert "attn.qkv_bias" in _names(megatron_fwd)
+
+
+def test_script_frameworks_match_the_schedules() -> None:
+    """graph/local_kernels keeps its own copy of schedule/activations' set (the graph does not import stage [5])."""
+    from llmperf_hook.graph.local_kernels import SCRIPT_FRAMEWORKS
+    from llmperf_hook.schedule import activations
+
+    assert SCRIPT_FRAMEWORKS == activations.SCRIPT_FRAMEWORKS
