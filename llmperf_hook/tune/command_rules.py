@@ -8,6 +8,12 @@ framework refuses that candidate's command):
 - --rampup-batch-size START INCREMENT SAMPLES (Megatron-LM to core_v0.17, Megatron-DeepSpeed): micro-batch x DP
   must divide every global batch the ramp-up runs steps at, unless --decrease-batch-size-if-needed
   (frameworks/megatron_rampup.py, which explain's rule reads too).
+- Megatron-LM's eval batch (arguments.py validate_args, since #4014, 2026-04-13): --eval-global-batch-size (default:
+  the global batch) must be divisible by --eval-micro-batch-size (default: the micro-batch) x DP, asserted at start-up
+  whatever --decrease-batch-size-if-needed says; with that flag, ConstantNumMicroBatchesCalculator
+  (core/num_microbatches_calculator.py) rounds the training batch down to a multiple of micro x DP and asserts at least
+  one micro-batch, so the global batch must be at least micro x DP. Both hold at every node count of an elastic range
+  (tune/elastic.py checks them there).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import numpy as np
 
 from llmperf_hook.frameworks.flags import parse_flags
 from llmperf_hook.frameworks.megatron_rampup import rampup_divisor
+from llmperf_hook.frameworks.megatron_rules import list_values
 from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
 from llmperf_hook.frameworks.training_config import TrainingConfig
 
@@ -25,6 +32,9 @@ Masks = dict[str, np.ndarray]
 MaskFn = Callable[[Mapping[str, np.ndarray]], Masks]
 
 RAMPUP_RULE = "a --rampup-batch-size step's global batch % (micro_batch*dp) != 0"
+EVAL_BATCH_RULE = "eval global batch % (eval micro_batch*dp) != 0"
+ROUNDED_TO_NOTHING_RULE = "global_batch < micro_batch*dp (--decrease-batch-size-if-needed rounds it to 0)"
+DECREASE_FLAG = "--decrease-batch-size-if-needed"
 
 
 def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_size: int | None = None) -> MaskFn:
@@ -33,14 +43,45 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_si
     world = cfg.world_size if world_size is None else world_size
     if cfg.framework not in ("megatron", "megatron-deepspeed"):
         return lambda cols: {}
-    flags = parse_flags(script_args, SCRIPT_FLAGS)
-    divisor = rampup_divisor(flags.get("rampup_batch_size"), cfg.batch.global_batch_size)
-    if not divisor or "--decrease-batch-size-if-needed" in script_args:  # that flag rounds each batch down instead
+    fns = [_rampup_masks(cfg, script_args, world)]
+    if cfg.framework == "megatron":  # Megatron-DeepSpeed's older arguments.py has no eval batch of its own
+        fns.append(_batch_flag_masks(cfg, script_args, world))
+    return all_rules(*fns)
+
+
+def _data_parallel(cols: Mapping[str, np.ndarray], world: int) -> np.ndarray:
+    return np.maximum(world // (cols["tp"] * cols["pp"] * cols["cp"]), 1)
+
+
+def _rampup_masks(cfg: TrainingConfig, script_args: Sequence[str], world: int) -> MaskFn:
+    divisor = rampup_divisor(parse_flags(script_args, SCRIPT_FLAGS).get("rampup_batch_size"),
+                             cfg.batch.global_batch_size)
+    if not divisor or DECREASE_FLAG in script_args:  # that flag rounds each batch down instead
         return lambda cols: {}
+    return lambda cols: {RAMPUP_RULE: divisor % (cols["mbs"] * _data_parallel(cols, world)) != 0}
+
+
+def _last_int(script_args: Sequence[str], flag: str) -> int | None:
+    words = list_values(script_args, flag)
+    return int(words[0]) if words and words[0].isdigit() else None
+
+
+def _batch_flag_masks(cfg: TrainingConfig, script_args: Sequence[str], world: int) -> MaskFn:
+    """The eval batch's divisibility and, under DECREASE_FLAG, at least one micro-batch (module docstring). Without
+    eval flags and without DECREASE_FLAG the eval rule is candidate_rules' global-batch one: not repeated."""
+    eval_global = _last_int(script_args, "--eval-global-batch-size")
+    eval_micro = _last_int(script_args, "--eval-micro-batch-size")
+    decrease = list_values(script_args, DECREASE_FLAG) is not None
+    if eval_global is None and eval_micro is None and not decrease:
+        return lambda cols: {}
+    gbs = cfg.batch.global_batch_size
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
-        step = cols["mbs"] * np.maximum(world // (cols["tp"] * cols["pp"] * cols["cp"]), 1)
-        return {RAMPUP_RULE: divisor % step != 0}
+        dp = _data_parallel(cols, world)
+        out = {EVAL_BATCH_RULE: (eval_global or gbs) % ((eval_micro or cols["mbs"]) * dp) != 0}
+        if decrease:
+            out[ROUNDED_TO_NOTHING_RULE] = gbs < cols["mbs"] * dp
+        return out
 
     return masks
 

@@ -44,7 +44,8 @@ from llmperf_hook.schedule.memory_rule import fits_gpu
 from llmperf_hook.tune.candidate import candidate_of
 from llmperf_hook.tune.candidate_rules import rule_masks
 from llmperf_hook.tune.candidates import candidates_from_list
-from llmperf_hook.tune.command_rules import RAMPUP_RULE, Masks, MaskFn, command_rule_masks
+from llmperf_hook.tune.command_rules import (DECREASE_FLAG, EVAL_BATCH_RULE, RAMPUP_RULE, ROUNDED_TO_NOTHING_RULE, Masks,
+                                             MaskFn, command_rule_masks)
 
 
 def elastic_note(job: ParsedJob) -> str | None:
@@ -175,13 +176,15 @@ _WORLD_RULES = ("world % (tp*pp*cp) != 0", "world % (etp*ep*pp) != 0",
                 "dp*cp or expert dp % --num-distributed-optimizer-instances != 0")
 """candidate_rules.rule_masks' rules that depend on the world alone: the model grid (arguments.py), the expert grid
 (parallel_state.initialize_model_parallel) and the partial distributed optimizer's shard factor."""
-_BATCH_RULES = ("global_batch % (micro_batch*dp) != 0", "interleaving needs", RAMPUP_RULE)
-"""Its rules on the micro-batch count at a fixed global batch (the count grows as DP shrinks), and a
---rampup-batch-size step's (command_rules.py: micro x DP divides every global batch the ramp-up runs)."""
-DECREASE_FLAG = "--decrease-batch-size-if-needed"
-"""Megatron-LM's flag for a job that keeps training on fewer GPUs: where micro x DP does not divide the global batch,
-ConstantNumMicroBatchesCalculator (core/num_microbatches_calculator.py) runs the largest multiple of it below (_round)
-instead of asserting, floor(global / (micro x DP)) micro-batches, as candidate_rules' interleaving rule counts them."""
+_BATCH_RULES = ("global_batch % (micro_batch*dp) != 0", "interleaving needs", RAMPUP_RULE, EVAL_BATCH_RULE,
+                ROUNDED_TO_NOTHING_RULE)
+"""Its rules on the micro-batch count at a fixed global batch (the count grows as DP shrinks), a
+--rampup-batch-size step's (command_rules.py: micro x DP divides every global batch the ramp-up runs), and Megatron-LM's
+eval batch and at-least-one-micro-batch rules (command_rules.py). DECREASE_FLAG (Megatron-LM's flag for a job that keeps
+training on fewer GPUs): where micro x DP does not divide the global batch, ConstantNumMicroBatchesCalculator
+(core/num_microbatches_calculator.py) runs the largest multiple of it below (_round) instead of asserting,
+floor(global / (micro x DP)) micro-batches, as candidate_rules' interleaving rule counts them; but the eval batch
+(--eval-global-batch-size, by default the global batch) must still divide (arguments.py, since #4014)."""
 
 
 def _batch_rules(script_args: Sequence[str]) -> tuple[str, ...]:
@@ -194,13 +197,14 @@ def _batch_rules(script_args: Sequence[str]) -> tuple[str, ...]:
 
 def decrease_batch_hint(framework: str, script_args: Sequence[str], invalid_by_rule: Mapping[str, int]) -> str:
     """For the exit-3 message of a Megatron-LM job where a smaller count refused layouts for the global batch alone:
-    the flag that lets it start there with a smaller batch ('' otherwise)."""
+    the flags that let it start there with a smaller batch ('' otherwise)."""
     split = any(rule.startswith(_BATCH_RULES[0]) and _where(rule) is not None for rule in invalid_by_rule)
     if framework != "megatron" or not split or list_values(script_args, DECREASE_FLAG) is not None:
         return ""
-    return (f" Or add {DECREASE_FLAG}: at a count whose micro-batch x data-parallel size does not divide the global "
-            "batch, Megatron-LM then trains on the largest multiple of it below (num_microbatches_calculator.py) "
-            "instead of stopping, and tune checks that count's other rules.")
+    return (f" Or add {DECREASE_FLAG} with an --eval-global-batch-size that every count splits: at a count whose "
+            "micro-batch x data-parallel size does not divide the global batch, Megatron-LM then trains on the largest "
+            "multiple of it below (num_microbatches_calculator.py) instead of stopping, but it still asserts that the "
+            "eval batch, by default the global batch, divides (arguments.py); tune checks that count's other rules.")
 
 
 def smaller_counts(job: ParsedJob) -> tuple[int, ...]:

@@ -67,16 +67,25 @@ def test_a_fixed_node_count_is_not_a_range(home: Path, capsys, nnodes: str) -> N
 def test_decrease_batch_size_if_needed_lets_every_count_start(home: Path, capsys) -> None:
     """Megatron-LM's --decrease-batch-size-if-needed: at 3 nodes of --nnodes 1:4 (DP a multiple of 3) the step trains
     on the largest multiple of micro x DP below 512 (num_microbatches_calculator ConstantNumMicroBatchesCalculator)
-    instead of stopping: tune lists layouts, and checks no global-batch divisibility at the smaller counts."""
+    instead of stopping, but arguments.py (since #4014) still asserts that the eval batch, by default the global batch,
+    divides by micro x DP: alone the flag starts nothing at 3 nodes (exit 3, the eval rule named). With an
+    --eval-global-batch-size every count splits (96), tune lists layouts and checks no global-batch divisibility at
+    the smaller counts."""
     (home / "s.yaml").write_text(NARROW)
+    command = ["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", *MEGATRON_ARGS, "--decrease-batch-size-if-needed"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", "s.yaml", "--", *command], capsys)
+    assert code == 3, err
+    assert "eval global batch % (eval micro_batch*dp) != 0 at an elastic count (3 nodes, 24 GPUs)" in err, err
     code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--",
-                              "torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", *MEGATRON_ARGS,
-                              "--decrease-batch-size-if-needed"], capsys)
+                              *command, "--eval-global-batch-size", "96"], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["top"], data
     assert not [rule for rule in data["search"]["invalid_by_rule"] if rule.startswith("global_batch % (micro_batch*dp)")
                 and "elastic" in rule], data["search"]["invalid_by_rule"]
+    for row in data["top"]:  # the eval batch splits at every count, the training batch at least one micro-batch
+        dps = [8 * nodes // (row["tp"] * row["pp"]) for nodes in (1, 2, 3, 4)]
+        assert all(96 % (row["micro_batch_size"] * dp) == 0 and 512 >= row["micro_batch_size"] * dp for dp in dps)
 
 
 def test_every_listed_layout_starts_at_every_count_of_the_range(home: Path, capsys) -> None:
@@ -282,14 +291,21 @@ def test_a_wide_range_names_a_few_counts(home: Path, capsys) -> None:
     assert code == 3, err
     assert "No layout searched can start at 65 nodes (520 GPUs) or at 66 nodes (528 GPUs) or at 67 nodes (536 GPUs) " \
            "(and at " in err and len(err.splitlines()[-1]) < 1500, err
-    # with --decrease-batch-size-if-needed the batch starts everywhere, but the model grid cannot: 65 and 66 nodes
-    # share 8 GPUs as a divisor, so TP x PP x CP <= 8 and the model does not fit; more TP / PP is no advice
+    # --decrease-batch-size-if-needed alone: Megatron-LM still asserts the eval batch (the global batch) divides
+    # micro x DP (arguments.py, #4014), so 65 nodes still start nothing
     (home / "s.yaml").write_text("micro_batch_size: [1]\ntensor_parallel: [8]\npipeline_parallel: [1, 8, 16]\n"
                                  "virtual_pipeline: [1]\ncontext_parallel: [1]\nrecompute: [full]\n")
     code, out, err = run_cli(["tune", "--cluster", "dgx-a100", "--search", "s.yaml", "--", *command,
                               "--decrease-batch-size-if-needed"], capsys)
+    assert code == 3 and "eval global batch % (eval micro_batch*dp) != 0 at an elastic count (65 nodes" in err, err
+    # with an eval batch both counts of 63:64 split (lcm(63, 64) = 4032) the batch starts everywhere, but the model
+    # grid cannot: 63 and 64 nodes share 8 GPUs as a divisor, so TP x PP x CP <= 8 and the model does not fit; more
+    # TP / PP is no advice
+    command[command.index("64:128")] = "63:64"
+    code, out, err = run_cli(["tune", "--cluster", "dgx-a100", "--search", "s.yaml", "--", *command,
+                              "--decrease-batch-size-if-needed", "--eval-global-batch-size", "4032"], capsys)
     assert code == 3, err
-    assert "Under --nnodes 64:128 TP x PP x CP must divide 8 GPUs (the greatest common divisor of its GPU counts)" \
+    assert "Under --nnodes 63:64 TP x PP x CP must divide 8 GPUs (the greatest common divisor of its GPU counts)" \
            in err and "widen the search" not in err, err
 
 
