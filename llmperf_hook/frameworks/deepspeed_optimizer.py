@@ -25,6 +25,7 @@ from typing import Any
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_schema import ds_bool
 from llmperf_hook.frameworks.script_tree import script_tree
+from llmperf_hook.frameworks.torch_step_impl import torch_step_impl
 from llmperf_hook.frameworks.torch_weight_decay import DECAY_DEFAULTS, call_weight_decay, decay_kind
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -45,6 +46,8 @@ KNOWN_CLASSES = ZERO_SUPPORTED_CLASSES | frozenset({"SGD", "RMSprop", "Adamax", 
 factory returning one of them, so it is not judged."""
 TORCH_ADAM_CLASSES = frozenset({"Adam", "AdamW"})
 """torch.optim's Adam classes by name (a script's own class of that name is taken for torch's)."""
+TORCH_STEP_CLASSES = TORCH_ADAM_CLASSES | {"SGD"}
+"""torch.optim classes whose step is priced as the call runs it (frameworks/torch_step_impl.py)."""
 ONE_STATE_CLASSES = frozenset({"SGD", "RMSprop", "Adagrad", "DeepSpeedCPUAdagrad", "DeepSpeedCPULion", "FusedLion",
                                "Lion", "Adafactor"})
 
@@ -99,7 +102,8 @@ def _torch_adam(section: dict[str, Any], kind: str, origin: str) -> dict[str, st
 
 def client_optimizer_settings(client: tuple[str, ...], raw: dict[str, Any], fields: dict[str, Any], origin: str,
                               src: dict[str, Source], warnings: list[str]) -> dict[str, Any]:
-    """The optimizer the script passes (class name, `script line N`[, weight-decay kind]; "" class: not recognised):
+    """The optimizer the script passes (class name, `script line N`[, weight-decay kind, torch step]; "" class: not
+    recognised):
     its state count, ConfigError where DeepSpeed refuses it; the section, if any, is ignored (warned)."""
     name, where = client[0], client[1]
     if isinstance(raw.get("optimizer"), dict):
@@ -120,9 +124,11 @@ def client_optimizer_settings(client: tuple[str, ...], raw: dict[str, Any], fiel
                           "_configure_optimizer, zero_force_ds_cpu_optimizer default true). Pass "
                           "deepspeed.ops.adam.DeepSpeedCPUAdam, or set \"zero_force_ds_cpu_optimizer\": false.")
     src["optimizer_name"] = Source(SourceKind.DERIVED, f"{where}: deepspeed.initialize(optimizer={name}(...))")
-    # torch.optim's Adam / AdamW step DeepSpeed's fp32 partition with torch's foreach kernels (its CUDA default)
-    impl = {"torch_optimizer_impl": "foreach", "torch_weight_decay": client[2] if len(client) > 2 else "decoupled"} \
-        if name in TORCH_ADAM_CLASSES else {}
+    # torch.optim's Adam / AdamW / SGD step DeepSpeed's fp32 partition as the script builds them: foreach (torch's
+    # CUDA default) or fused=True, amsgrad, SGD's momentum (script_client_optimizer)
+    default_impl = "sgd" if name == "SGD" else "foreach"
+    impl = {"torch_optimizer_impl": client[3] if len(client) > 3 else default_impl,
+            "torch_weight_decay": client[2] if len(client) > 2 else "decoupled"} if name in TORCH_STEP_CLASSES else {}
     if impl:
         src["torch_optimizer_impl"] = src["torch_weight_decay"] = src["optimizer_name"]
     return {"optimizer_name": "sgd" if name in ONE_STATE_CLASSES else "adam", **impl}
@@ -146,11 +152,13 @@ def _built_by(tree: ast.AST) -> dict[str, tuple[str, ast.Call]]:
     return built
 
 
-def script_client_optimizer(script: str) -> tuple[str, str, str] | None:
-    """(class name, `script line N`, weight-decay kind) of the optimizer the script passes to deepspeed.initialize:
-    optimizer= or the third positional argument (initialize(args, model, optimizer, ...)), a call or a name assigned
-    from one; class "" when not recognised; the kind for torch.optim's Adam / AdamW (frameworks/torch_weight_decay.py;
-    "decoupled" otherwise). None when it passes none, or the script cannot be read or parsed."""
+def script_client_optimizer(script: str) -> tuple[str, str, str, str] | None:
+    """(class name, `script line N`, weight-decay kind, torch step) of the optimizer the script passes to
+    deepspeed.initialize: optimizer= or the third positional argument (initialize(args, model, optimizer, ...)), a
+    call or a name assigned from one; class "" when not recognised; for torch.optim's Adam / AdamW / SGD the kind
+    (frameworks/torch_weight_decay.py; "decoupled" otherwise) and the step as called (frameworks/torch_step_impl.py:
+    fused=, amsgrad=, momentum=, nesterov=; "foreach" otherwise). None when it passes none, or the script cannot be
+    read or parsed."""
     tree = script_tree(script)
     if tree is None:
         return None
@@ -164,9 +172,10 @@ def script_client_optimizer(script: str) -> tuple[str, str, str] | None:
             built.get(given.id, ("", None))[1] if isinstance(given, ast.Name) else None
         name = _callee(given) if isinstance(given, ast.Call) else \
             built.get(given.id, ("", None))[0] if isinstance(given, ast.Name) else ""
-        decay = call_weight_decay(built_call, name) if built_call is not None and name in TORCH_ADAM_CLASSES \
-            else "decoupled"
-        return name, f"{script} line {call.lineno}", decay
+        read = built_call is not None and name in TORCH_STEP_CLASSES
+        decay = call_weight_decay(built_call, name) if read else "decoupled"  # type: ignore[arg-type]
+        step = torch_step_impl(built_call, name) if read else "sgd" if name == "SGD" else "foreach"  # type: ignore[arg-type]
+        return name, f"{script} line {call.lineno}", decay, step
     return None
 
 

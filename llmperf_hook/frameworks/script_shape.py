@@ -23,6 +23,7 @@ from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.hf_config import EXTRA_SHAPE_KEYS, config_from_overrides, read_hf_config, shape_from_hf_config
 from llmperf_hook.frameworks.presets import list_model_presets, load_model_preset
 from llmperf_hook.frameworks.script_tree import script_tree
+from llmperf_hook.frameworks.torch_step_impl import torch_step_impl
 from llmperf_hook.frameworks.torch_weight_decay import call_weight_decay
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.provenance import Source, SourceKind
@@ -132,7 +133,8 @@ class ScriptTraining:
     optimizer: str
     """"adam" (torch.optim.Adam / AdamW) or "sgd" (torch.optim.SGD)."""
     impl: str
-    """"fused" (fused=True given as a literal) or "foreach" (torch's default on CUDA)."""
+    """The step as called (OptimizerConfig.torch_optimizer_impl, frameworks/torch_step_impl.py): "foreach" (torch's
+    default on CUDA) or "fused" (fused=True given as a literal), with amsgrad; SGD's "sgd" / "sgd_momentum" / ..."""
     where: str
     """`path line N` of the cast, for provenance."""
     weight_decay: str = "decoupled"
@@ -197,9 +199,7 @@ def _optimizer_over(call: ast.Call, imported: dict[str, str]) -> tuple[str, str,
     if not (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "parameters"
             and isinstance(first.func.value, ast.Name)):
         return None
-    fused = any(k.arg == "fused" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords)
-    impl = "fused" if fused else "foreach"
-    return _TORCH_OPTIMIZERS[short], impl, first.func.value.id, call_weight_decay(call, short)
+    return _TORCH_OPTIMIZERS[short], torch_step_impl(call, short), first.func.value.id, call_weight_decay(call, short)
 
 
 def script_training(script: str) -> ScriptTraining | None:
@@ -220,9 +220,9 @@ def script_training(script: str) -> ScriptTraining | None:
     return None
 
 
-def script_torch_adam(script: str) -> tuple[str, str, str] | None:
-    """(impl, `path line N`, weight-decay kind) of the first torch.optim.Adam / AdamW a script builds over a model's
-    parameters, cast or not; None when it builds none or cannot be read."""
+def script_torch_optimizer(script: str) -> tuple[str, str, str, str] | None:
+    """(optimizer, impl, `path line N`, weight-decay kind) of the first torch.optim.Adam / AdamW / SGD a script builds
+    over a model's parameters, cast or not; None when it builds none or cannot be read."""
     tree = script_tree(script)
     if tree is None:
         return None
@@ -230,22 +230,25 @@ def script_torch_adam(script: str) -> tuple[str, str, str] | None:
                 and node.module == "torch.optim" for a in node.names}
     for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
         found = _optimizer_over(call, imported)
-        if found and found[0] == "adam":
-            return found[1], f"{script} line {call.lineno}", found[3]
+        if found:
+            return found[0], found[1], f"{script} line {call.lineno}", found[3]
     return None
 
 
-def _fp32_torch_adam(cfg: TrainingConfig, script: str) -> TrainingConfig:
-    """An fp32 plain-torch script stepping torch.optim.Adam / AdamW: the step is torch's (foreach or fused) over fp32
-    weights, not a framework's fused Adam (graph/step_ops.adam_bytes_per_param)."""
+def _fp32_torch_step(cfg: TrainingConfig, script: str) -> TrainingConfig:
+    """An fp32 plain-torch script stepping torch.optim.Adam / AdamW / SGD: the step is torch's as called (foreach or
+    fused, amsgrad, SGD's momentum) over fp32 weights, not a framework's fused Adam (graph/step_ops.
+    adam_bytes_per_param)."""
     from dataclasses import replace
 
-    found = script_torch_adam(script)
+    found = script_torch_optimizer(script)
     if found is None:
         return cfg
-    origin = Source(SourceKind.DERIVED, f"{found[1]}: torch.optim steps the fp32 model")
-    return replace(cfg, optimizer=replace(cfg.optimizer, torch_optimizer_impl=found[0], torch_weight_decay=found[2]),
-                   sources={**cfg.sources, "torch_optimizer_impl": origin, "torch_weight_decay": origin})
+    origin = Source(SourceKind.DERIVED, f"{found[2]}: torch.optim steps the fp32 model")
+    optimizer = replace(cfg.optimizer, name=found[0], torch_optimizer_impl=found[1],  # type: ignore[arg-type]
+                        torch_weight_decay=found[3])
+    return replace(cfg, optimizer=optimizer, sources={**cfg.sources, "optimizer_name": origin,
+                                                      "torch_optimizer_impl": origin, "torch_weight_decay": origin})
 
 
 def apply_script_training(cfg: TrainingConfig, script: str) -> TrainingConfig:
@@ -253,7 +256,7 @@ def apply_script_training(cfg: TrainingConfig, script: str) -> TrainingConfig:
     entry point) without DeepSpeed, trained in bf16/fp16, whose code casts the model and steps torch.optim over it
     keeps weights, gradients and optimizer states in the 16-bit dtype (Adam: 2 + 2 + 2 x 2 bytes per parameter, not
     Megatron's 2 + 4 + 12); such a script trained in fp32 gets torch's implementation of its Adam step
-    (_fp32_torch_adam). Any other job is returned unchanged."""
+    (_fp32_torch_step). Any other job is returned unchanged."""
     from dataclasses import replace
 
     from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
@@ -265,7 +268,7 @@ def apply_script_training(cfg: TrainingConfig, script: str) -> TrainingConfig:
     if o.distributed_optimizer or o.zero_stage or o.fsdp != "none":
         return cfg
     if cfg.precision == "fp32":
-        return _fp32_torch_adam(cfg, script)
+        return _fp32_torch_step(cfg, script)
     found = script_training(script)
     if found is None:
         return cfg

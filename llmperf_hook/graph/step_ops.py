@@ -242,7 +242,8 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
         dims.update(layers=num_layers, embedding_params=_non_layer_params(cfg, stage))
     ops += _optimizer_steps(cfg, local, dims, tags)
     ops += optimizer_nvme_swap_ops(cfg, round(local * offloaded_optimizer_share(cfg, local)), local, gpus_per_node)
-    ops += megatron_step_ops(cfg, num_params, local, dense.group_size, grad_bytes(cfg), param_bytes(cfg))
+    ops += megatron_step_ops(cfg, num_params, local, dense.group_size, grad_bytes(cfg), param_bytes(cfg),
+                             model_param_tensors(cfg, stage, num_layers))
     ops += deepspeed_mixed_precision(cfg, stage, num_layers, local, num_params)
     ops += zero3_hook_ops(cfg, stage, num_layers)
     if sharded and o.zero_stage < 3:
@@ -328,11 +329,21 @@ with weight_decay 0. AdamW with its default decay, fp32: (18 + 2) x 4 = 80 B; me
 (measurements/h100-sxm5-80gb-2026-11-26/kernels/plain.txt, 0.71 B parameters, bf16 AdamW foreach: 11.5 ms, 48 B per
 parameter at 2.98 TB/s against 40) and a DeepSpeed ZeRO-1 step's fp32 AdamW (kernels/ds_zero1.txt, the _foreach_
 rows: 20.8 ms, 87 B against 80)."""
-TORCH_STEP_ACCESSES = {"fused": 7, "sgd": 3}
-"""fused=True: one kernel reading param, grad, m, v and writing param, m, v (7 accesses; its weight decay in-kernel).
-torch.optim.SGD without momentum (the Trainer's --optim sgd passes only lr): param.add_(grad, alpha=-lr), read 2,
-write 1 (torch/optim/sgd.py _multi_tensor_sgd); with weight decay (the Trainer's --weight_decay group) it first adds
-the params into new gradients, _foreach_add(grads, params, alpha=wd), the "l2" pass of TORCH_WEIGHT_DECAY_ACCESSES."""
+TORCH_STEP_ACCESSES = {"fused": 7, "fused_amsgrad": 9, "sgd": 3, "sgd_momentum": 8, "sgd_nesterov": 11,
+                       "sgd_fused": 3, "sgd_momentum_fused": 5}
+"""Element accesses per parameter of the other torch.optim steps (frameworks/torch_step_impl.py reads which):
+fused=True Adam / AdamW: one kernel reading param, grad, m, v and writing param, m, v (7; its weight decay
+in-kernel), with amsgrad also reading and writing max_exp_avg_sq (9). torch.optim.SGD (torch/optim/sgd.py
+_multi_tensor_sgd): without momentum param.add_(grad, alpha=-lr), read 2, write 1 (3: the Trainer's --optim sgd
+passes only lr); with momentum _foreach_mul_(bufs) (2) and _foreach_add_(bufs, grads) (3) before the update (8),
+nesterov _foreach_add_(grads, bufs) (3) more (11); fused=True (_fused_sgd_) reads param and grad (and the momentum
+buffer) and writes param (and the buffer): 3 / 5. The foreach SGD's weight decay first adds the params into new
+gradients, _foreach_add(grads, params, alpha=wd), the "l2" pass of TORCH_WEIGHT_DECAY_ACCESSES; fused ones apply
+it in-kernel."""
+TORCH_AMSGRAD_ACCESSES = 3
+"""foreach Adam / AdamW with amsgrad=True: torch._foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs) reads both and
+writes the maximum before the square root (torch/optim/adam.py _multi_tensor_adam), which then reads the maximum
+instead of exp_avg_sq (no change)."""
 ADAM_8BIT_BYTES_PER_PARAM = {4: 15.0, 2: 9.0}
 """bitsandbytes' 8-bit AdamW (optim/adamw.py AdamW8bit, optimizer_update_8bit_blockwise: one kernel per tensor) by
 the parameter's bytes: read param, grad and the two uint8 states, write param and the states: 3 x 4 + 3 x 1 = 15
@@ -344,12 +355,13 @@ def torch_step_bytes_per_param(impl: str, weight_decay: str, elem_bytes: int) ->
     """Bytes per parameter of a torch.optim (or bitsandbytes) step over `elem_bytes`-wide parameters and states."""
     if impl == "adam_8bit":
         return ADAM_8BIT_BYTES_PER_PARAM[elem_bytes]
-    if impl == "sgd":
+    if impl in ("sgd", "sgd_momentum", "sgd_nesterov"):
         decay = TORCH_WEIGHT_DECAY_ACCESSES["l2"] if weight_decay != "none" else 0
-        return float((TORCH_STEP_ACCESSES["sgd"] + decay) * elem_bytes)
+        return float((TORCH_STEP_ACCESSES[impl] + decay) * elem_bytes)
     if impl in TORCH_STEP_ACCESSES:
         return float(TORCH_STEP_ACCESSES[impl] * elem_bytes)
-    return float((TORCH_ADAM_FOREACH_ACCESSES + TORCH_WEIGHT_DECAY_ACCESSES.get(weight_decay, 2)) * elem_bytes)
+    amsgrad = TORCH_AMSGRAD_ACCESSES if impl == "foreach_amsgrad" else 0
+    return float((TORCH_ADAM_FOREACH_ACCESSES + amsgrad + TORCH_WEIGHT_DECAY_ACCESSES.get(weight_decay, 2)) * elem_bytes)
 
 
 TORCH_16BIT_ADAM_BYTES_PER_PARAM = {impl: torch_step_bytes_per_param(impl, "decoupled", 2)

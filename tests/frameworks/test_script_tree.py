@@ -84,7 +84,7 @@ def test_each_reader_reads_a_latin1_script(tmp_path: Path) -> None:
     assert (script_training(cast).optimizer, script_training(cast).impl) == ("adam", "foreach")
     client = _latin1(tmp_path, "import torch, deepspeed\nm = torch.nn.Linear(4, 4)\n"
                                "engine, *_ = deepspeed.initialize(model=m, optimizer=torch.optim.SGD(m.parameters()))\n")
-    assert script_client_optimizer(client) == ("SGD", f"{client} line 5", "decoupled")  # decay read for Adam only
+    assert script_client_optimizer(client) == ("SGD", f"{client} line 5", "none", "sgd")  # SGD's decay default: 0
 
 
 @pytest.mark.parametrize("text", [DEEP, "import torch\ndef f(:\n", None])
