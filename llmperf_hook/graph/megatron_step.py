@@ -25,6 +25,21 @@ exceeds --clip-grad (2022's megatron/optimizer/clip_grads.py: `if clip_coeff < 1
 of training. It is priced every step, as today's Megatron-LM runs it. The DDP NaN check exists since b1116a0c80
 (2023-09-05; before the reduction since d66807759c, 2023-12-05): runs of older releases had neither pass.
 
+Two of these passes are issued one parameter tensor at a time from Python (megatron/core/optimizer/optimizer.py,
+distrib_optimizer.py at d98e8a6), so a model of many small tensors can wait for the host's loop rather than for the
+bytes (per_tensor_launches):
+- _copy_model_grads_to_main_grads: `main_param.grad = model_param.main_grad.float()` (Float16OptimizerWithFloat16Params)
+  and `shard_main_param.grad = shard_model_grad.float()` (DistributedOptimizer), one cast kernel per tensor of the
+  shard where main grads are 16-bit (.float() of an fp32 tensor returns it: no kernel);
+- DistributedOptimizer._copy_main_params_to_model_params: `shard_model_param.data.copy_(shard_main_param)` into the
+  parameter buffer the all-gather sends, one copy per tensor of the shard (the non-distributed wrapper copies all of
+  them with one _multi_tensor_copy_this_to_that, a multi_tensor_applier call: not per tensor).
+Under --use-precision-aware-optimizer neither runs (the main grad is a view, decoupled_grad; TE's FusedAdam writes
+the model weights). A rank's shard is a contiguous range of the flat gradient buffer, so it touches its share of the
+stage's tensors plus the one it starts inside. Each launch costs the host what one small op of DeepSpeed's per-tensor
+step loop costs (graph/step_ops.DEEPSPEED_STEP_HOST_S_PER_LAUNCH, 5.5 us: Python, the dispatcher and the launch),
+issued behind the backward's queued kernels (schedule/compose.step_bookkeeping_s).
+
 Measured: the single-H100 Megatron-Core steps of measurements/h100-sxm5-80gb-2026-11-26-b/kernels (DP 1, no TE or
 apex: megatron-core's local fallbacks, torch.norm per tensor and copy_(src * scale)) show the two norms and the
 zeroing: linalg_vector_norm 2.87 ms for l4h4096-m2's 1.02 B parameters and 4.57 ms for l24h2048-m2-norc's 1.32 B
@@ -82,14 +97,33 @@ def optimizer_bytes_per_param(cfg: TrainingConfig, grad_elem_bytes: int, param_e
     return per_param
 
 
+def per_tensor_launches(cfg: TrainingConfig, tensors: int, rank_params: int, local: int, grad_elem_bytes: int) -> int:
+    """Kernels the wrapper launches one tensor at a time (module docstring) over the `tensors` of the stage: the
+    16-bit main grads' cast, and the distributed optimizer's master -> model copy, per tensor of the shard."""
+    o = cfg.optimizer
+    if o.offload_optimizer != "none" or (o.precision_aware and cfg.precision != "fp32"):
+        return 0
+    sharded = o.distributed_optimizer and local < rank_params
+    shard_tensors = min(tensors, -(-tensors * local // max(1, rank_params)) + 1) if sharded else tensors
+    cast = 1 if grad_elem_bytes < 4 else 0
+    copy = 1 if o.distributed_optimizer and cfg.precision != "fp32" else 0
+    return shard_tensors * (cast + copy)
+
+
 def megatron_step_ops(cfg: TrainingConfig, rank_params: int, local: int, dp_cp: int, grad_elem_bytes: int,
-                      param_elem_bytes: int) -> list[Op]:
+                      param_elem_bytes: int, tensors: int = 0) -> list[Op]:
     """One memory-bound op holding the passes above: over the rank's `rank_params` (DDP) and its optimizer shard
-    `local`; `dp_cp` is the size of the gradient reduction's group."""
+    `local`; `dp_cp` is the size of the gradient reduction's group; `tensors`: the stage's parameter tensors, whose
+    per-tensor launches the op carries (host_launches, host_s_per_launch: schedule/compose.step_bookkeeping_s)."""
+    from llmperf_hook.graph.step_ops import DEEPSPEED_STEP_HOST_S_PER_LAUNCH  # step_ops builds on this module
+
     if not runs_megatron_step(cfg) or rank_params <= 0:
         return []
     nbytes = rank_params * ddp_bytes_per_param(cfg, grad_elem_bytes, dp_cp)
     if cfg.optimizer.offload_optimizer == "none":
         nbytes += local * optimizer_bytes_per_param(cfg, grad_elem_bytes, param_elem_bytes)
+    launches = per_tensor_launches(cfg, tensors, rank_params, local, grad_elem_bytes)
+    tags = {"host_launches": str(launches), "host_s_per_launch": f"{DEEPSPEED_STEP_HOST_S_PER_LAUNCH:.6g}"} \
+        if launches else {}
     return [Op(MEGATRON_STEP_OP, "step_bookkeeping", "step", {"params": local, "rank_params": rank_params},
-               flops=0.0, bytes_moved=float(nbytes), dtype=cfg.precision)]
+               flops=0.0, bytes_moved=float(nbytes), dtype=cfg.precision, tags=tags)]

@@ -108,3 +108,26 @@ def test_only_megatrons_own_step(tmp_path: Path) -> None:
                            "--untie-embeddings-and-output-weights", "--ckpt-format",
                            "torch_dist")
     assert MEGATRON_STEP_OP not in fsdp
+
+
+def test_distributed_optimizer_launches_its_copy_per_shard_tensor() -> None:
+    """distrib_optimizer.py _copy_main_params_to_model_params: one copy_ per tensor of the rank's shard (DP 4: a
+    quarter of the 4-layer model's tensors, plus the one it starts inside), priced as host launches; the
+    non-distributed wrapper's multi-tensor copy and fp32 main grads' .float() launch none; 16-bit main grads
+    (--no-accumulate-allreduce-grads-in-fp32 style: OptimizerConfig.fp32_main_grads False) add a cast per tensor."""
+    from dataclasses import replace
+
+    from llmperf_hook.graph.megatron_step import per_tensor_launches
+    from llmperf_hook.graph.param_tensors import model_param_tensors
+
+    cfg, stage, ops = _megatron("--bf16", "--use-distributed-optimizer")
+    tensors = model_param_tensors(cfg, 0, stage.num_layers)
+    tags = ops[MEGATRON_STEP_OP].tags
+    assert int(tags["host_launches"]) == -(-tensors // 4) + 1
+    assert float(tags["host_s_per_launch"]) == pytest.approx(5.5e-6)
+    assert "host_launches" not in _megatron("--bf16")[2][MEGATRON_STEP_OP].tags
+    local = ops["optimizer.step"].dims["params"]
+    sixteen_bit = replace(cfg, optimizer=replace(cfg.optimizer, fp32_main_grads=False))
+    assert per_tensor_launches(sixteen_bit, tensors, stage.num_params, local, 2) == 2 * (-(-tensors // 4) + 1)
+    aware = replace(cfg, optimizer=replace(cfg.optimizer, precision_aware=True))
+    assert per_tensor_launches(aware, tensors, stage.num_params, local, 4) == 0
