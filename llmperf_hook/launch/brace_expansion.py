@@ -22,18 +22,31 @@ MAX_WORDS = 4096
 _INTEGER = re.compile(r"[+-]?\d+")
 
 
+_BACKSLASH = "\ue05c"
+"""Stands for the backslash of a letter sequence (`{Z..a}`) until the words are made: that word is not empty yet."""
+
+
 class _TooMany(Exception):
     pass
 
 
 def brace_expand(word: str) -> list[str] | None:
-    """The words bash's brace expansion makes of the unquoted `word` (the word itself when it holds no brace
-    expression); None where llmperf leaves the word as written: more than MAX_WORDS words, or a letter sequence that
-    runs through punctuation (`{Z..a}` holds a backslash, which quote removal then drops)."""
+    """The words bash makes of the unquoted `word` by brace expansion (the word itself when it holds no brace
+    expression), less the empty ones it removes (`{,}`: none, `a{,b}`: a ab; 3.5.7: unquoted implicit nulls); None
+    where llmperf leaves the word as written: more than MAX_WORDS words, or a word bash refuses to expand further.
+
+    A letter sequence runs through the ASCII characters between its letters (`{a..Z}`: a ` _ ^ ] \\ [ Z), and bash
+    expands each word it makes again (3.5: brace expansion comes first): the backslash is removed as a quote (3.5.9;
+    alone, it leaves an empty word that is kept: bash 5.2.15 gives 8 words for `{Z..a}`), and a backquote followed by
+    more of the word opens a command substitution that never closes (`x{a..Z}y`: 'bad substitution', the command is not
+    run), where llmperf gives None."""
     try:
-        return _expand(word)
+        words = [word for word in _expand(word) if word]
     except _TooMany:
         return None
+    if any(re.search(r"`.", word) for word in words):
+        return None
+    return [word.replace(_BACKSLASH, "") for word in words]
 
 
 def _expand(text: str) -> list[str]:
@@ -44,8 +57,6 @@ def _expand(text: str) -> list[str]:
     amble = text[start[0] + 1:end]
     if kind == "sequence":
         middle = _sequence(amble)
-        if middle is None:
-            raise _TooMany  # a letter sequence through punctuation
     else:
         middle = [word for part in _parts(amble) for word in _expand(part)]
     tails = _expand(text[end + 1:]) if text[end + 1:] else [""]
@@ -132,8 +143,8 @@ def _sequence_terms(amble: str) -> tuple[str, str, int] | None:
     return first, last, int(step) if dots else 1
 
 
-def _sequence(amble: str) -> list[str] | None:
-    """The terms of a sequence expression (braces.c mkseq); None for a letter sequence through punctuation."""
+def _sequence(amble: str) -> list[str]:
+    """The terms of a sequence expression (braces.c mkseq); a letter sequence's backslash as _BACKSLASH."""
     terms = _sequence_terms(amble)
     assert terms is not None  # _first_expression checked it
     first, last, step = terms
@@ -144,8 +155,7 @@ def _sequence(amble: str) -> list[str] | None:
         raise _TooMany
     numbers = range(start, end + 1, step) if start <= end else range(start, end - 1, -step)
     if letters:
-        words = [chr(n) for n in numbers]
-        return words if all(word.isalpha() for word in words) else None
+        return [_BACKSLASH if n == ord("\\") else chr(n) for n in numbers]
     width = _zero_padded_width(first, last)
     return [f"{n:0{width}d}" if width else str(n) for n in numbers]
 

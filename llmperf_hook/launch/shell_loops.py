@@ -104,7 +104,7 @@ def brace_expanded(words: list[str], quoted: list[bool]) -> tuple[list[str], lis
     for word, mark in zip(words, quoted):
         braced = None if mark or "$(" in word or "`" in word or re.match(r"[A-Za-z_]\w*\+?=", word) else \
             brace_expand(word)
-        kept = [word] if braced is None else [each for each in braced if each]
+        kept = [word] if braced is None else braced
         out.extend(kept)
         marks.extend([mark] * len(kept))
     return out, marks
@@ -145,8 +145,6 @@ def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[
             if value is None or (unquoted is not False and any(c in value for c in "*?[")) or \
                     (unquoted is False and any(c in braced for c in "*?[")):
                 return None
-            if unquoted is False and not any_quote and not value:  # `{a,}`: an empty unquoted word is removed
-                continue
             out.extend(value.split() if unquoted is not False else [value])
     return out if len(out) <= min(MAX_PASSES, budget) else None
 

@@ -162,11 +162,13 @@ def _word_marks(text: str) -> list[tuple[bool, bool]]:
 def rejoin_substitutions(words: list[str], quoted: list[bool]) -> tuple[list[str], list[bool]]:
     """`words` (as shell_split gives them, with their quoted_words marks) with each unquoted command substitution that
     the split cut at its blanks made one word again, as bash reads it (3.5.4): `GPUS=$(nvidia-smi -L | wc -l)`,
-    `--nproc-per-node $(nvidia-smi -L | wc -l)`, `` A=`hostname -s` ``."""
+    `--nproc-per-node $(nvidia-smi -L | wc -l)`, `` A=`hostname -s` ``. A quoted word that ends in a backquote opens
+    none (the element `` ` `` of `A=({Z..a})`, which `"${A[@]}"` gives quoted)."""
     out: list[str] = []
     marks: list[bool] = []
     for word, mark in zip(words, quoted if len(quoted) == len(words) else [False] * len(words)):
-        if out and (out[-1].count("$(") > out[-1].count(")") or out[-1].count("`") % 2):
+        if out and (out[-1].count("$(") > out[-1].count(")") or
+                    out[-1].count("`") % 2 and not (marks[-1] and out[-1].endswith("`"))):
             out[-1], marks[-1] = f"{out[-1]} {word}", marks[-1] or mark
         else:
             out.append(word)

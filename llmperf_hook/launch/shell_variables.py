@@ -255,7 +255,8 @@ class ShellVariables:
             for word, unquoted, marked in zip(words, quoting if known else [None] * len(words), quoted if known else
                                               [True] * len(words)):
                 if not marked and "{" in word and "$" not in word:  # `A=({1..3})`: 1 2 3 (bash manual 3.5.1)
-                    out.extend(each for each in brace_expand(word) or [word] if each)
+                    braced = brace_expand(word)
+                    out.extend([word] if braced is None else braced)
                     continue
                 if word in ("$@", "${@}"):  # `ARGS=("$@")`: one element per argument (bash manual 3.4.2)
                     out.extend(field for arg in self.args() for field in (arg.split() if unquoted else [arg]))

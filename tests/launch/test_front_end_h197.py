@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.brace_expansion import brace_expand
 from llmperf_hook.launch.parse import parse_launch
 from tests.launch.test_scripts_as_the_shell_runs_them import _job, _run
 
@@ -99,3 +100,25 @@ def test_an_unset_that_may_not_run_is_applied_and_named(nounset: str, tmp_path: 
     where = "line 4" if nounset else "line 3"
     assert job.script_args == ("--num-layers", "2") and job.undecided == (where,)
     assert "--bf16" in job.undecided_options[where]  # the flag `$X` gave: a rule on it softens (parsed_job)
+
+
+LETTERS_THROUGH_PUNCTUATION = {  # bash manual 3.5.1 (a sequence of letters runs through the characters between),
+    # then 3.5.9 quote removal of the backslash; braces.c mkseq
+    "command_words": f"{T} --tags {{a..Z}} --seed 1\n",
+    "command_words_step": f"{T} --tags --{{Z..a..2}} x{{a..Z..2}}y --seed 1\n",
+    "array": f"A=({{Z..a}})\n{T} --count ${{#A[@]}} --tags \"${{A[@]}}\"\n",
+    "loop_with_a_step": f"N=0\nfor s in {{Y..b..3}}; do N=$((N + 1)); done\n{T} --count $N\n",
+}
+
+
+@pytest.mark.parametrize("name", LETTERS_THROUGH_PUNCTUATION)
+def test_a_letter_sequence_through_punctuation(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`{a..Z}`: a ` _ ^ ] (an empty word: the backslash, quote-removed) [ Z, as bash 5.2 gives them; was left as
+    written (`{a..Z}` reached the launch as one word)."""
+    _same_as_bash(LETTERS_THROUGH_PUNCTUATION[name], [], tmp_path, monkeypatch)
+
+
+def test_a_backquote_glued_to_more_of_the_word_is_left_as_written() -> None:
+    """`x{a..Z}y` gives x`y, which bash expands again and stops at ('bad substitution: no closing "`"'): not read."""
+    assert brace_expand("x{a..Z}y") is None and brace_expand("{A..a}x") is None
+    assert brace_expand("--{Z..a..2}") == ["--Z", "--", "--^", "--`"]  # a backquote that ends the word stays

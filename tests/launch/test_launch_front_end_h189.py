@@ -164,8 +164,8 @@ def test_brace_expansion_of_one_word_as_bash(word: str) -> None:
 
 
 def test_brace_expansion_left_as_written() -> None:
-    """Through punctuation (bash's `{Z..a}` holds a backslash that quote removal drops) or past MAX_WORDS: None."""
-    assert brace_expand("{Z..a}") is None and brace_expand("{1..100000}") is None
+    """A backquote glued to more of the word (bash stops: 'bad substitution', H197) or past MAX_WORDS: None."""
+    assert brace_expand("{Z..a}x") is None and brace_expand("{1..100000}") is None
 
 
 def test_an_element_unset_inside_an_array_is_not_priced_as_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
