@@ -46,22 +46,69 @@ def own_parser_default(script: str, option: str, exact: bool = False) -> ScriptD
     if tree is None or not parses_its_own_flags(tree):
         return None
     dest = option.lstrip("-").replace("-", "_")  # `--max-position-embeddings`, `--max_position_embeddings` alike
-    calls, functions = _parser_calls(tree)
+    calls, parsers = _parser_calls(tree)
     if exact and not any(option in _option_strings(call) for call in calls if call.func.attr == "add_argument"):
         return ScriptDefault(False, None, True)
-    return _namespace_default(calls, dest, functions)
+    return _namespace_default(calls, dest, parsers)
+
+
+Parser = tuple[int, str, bool]
+"""A parser of the file: the function that builds it (0: the module), the name it is built into (`p =
+argparse.ArgumentParser()`), and True; where the source does not say which (a helper's `parser` parameter, `p =
+build()`), the function around the call, its receiver's text, and False."""
 
 
 @functools.lru_cache(maxsize=32)
-def _parser_calls(tree: ast.Module) -> tuple[tuple[ast.Call, ...], dict[int, int]]:
-    """The tree's `add_argument` / `set_defaults` calls in the order the script runs them (_run_order), and the function
-    around each call (_enclosing_functions); cached per tree, which script_tree shares per file content (a predict asks
-    for a dozen dests)."""
+def _parser_calls(tree: ast.Module) -> tuple[tuple[ast.Call, ...], dict[int, Parser]]:
+    """The tree's `add_argument` / `set_defaults` calls in the order the script runs them (_run_order), and the parser
+    each is made on (_parsers, by the call's id); cached per tree, which script_tree shares per file content (a
+    predict asks for a dozen dests)."""
     functions, defined = _enclosing_functions(tree)
     calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call) and
                     isinstance(node.func, ast.Attribute) and node.func.attr in ("add_argument", "set_defaults")),
                    key=_run_order(tree, functions, defined))
-    return tuple(calls), functions
+    return tuple(calls), _parsers(tree, calls, functions, defined)
+
+
+_GROUPS = ("add_argument_group", "add_mutually_exclusive_group")
+"""What adds to the parser it is made from (Lib/argparse.py _ActionsContainer: a group's actions are its parser's)."""
+
+
+def _parsers(tree: ast.AST, calls: tuple[ast.Call, ...], functions: dict[int, int],
+             defined: dict[int, ast.AST]) -> dict[int, Parser]:
+    """The parser each of `calls` adds to: its receiver's name resolved in its function, then in the module (unless
+    the function takes that name as a parameter), through `g = p.add_argument_group(...)`, to the name an
+    `ArgumentParser(...)` call was assigned; not known (Parser) where it resolves to nothing built in the file."""
+    built: dict[tuple[int, str], ast.expr] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
+                isinstance(node.value, ast.Call):
+            built.setdefault((functions.get(id(node.value), 0), node.targets[0].id), node.value)
+
+    def parameters(function: int) -> set[str]:
+        arguments = getattr(defined.get(function), "args", None)
+        return {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)} if arguments else set()
+
+    def resolve(function: int, receiver: ast.expr, depth: int = 0) -> tuple[int, str] | None:
+        if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) and depth < 8 and \
+                receiver.func.attr in _GROUPS:
+            return resolve(function, receiver.func.value, depth + 1)
+        if not isinstance(receiver, ast.Name):
+            return None
+        scope = function if (function, receiver.id) in built or receiver.id in parameters(function) else 0
+        value = built.get((scope, receiver.id))
+        if value is None or depth >= 8:
+            return None
+        if _name(value.func).endswith("ArgumentParser"):
+            return scope, receiver.id
+        return resolve(scope, value, depth + 1)
+
+    out: dict[int, Parser] = {}
+    for call in calls:
+        function, receiver = functions.get(id(call), 0), call.func.value  # type: ignore[attr-defined]
+        found = resolve(function, receiver)
+        out[id(call)] = (*found, True) if found else (function, ast.unparse(receiver), False)
+    return out
 
 
 _DEF = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -105,38 +152,46 @@ def _run_order(tree: ast.AST, functions: dict[int, int], defined: dict[int, ast.
     return key
 
 
-def _namespace_default(calls: tuple[ast.Call, ...], dest: str, functions: dict[int, int]) -> ScriptDefault:
+def _namespace_default(calls: tuple[ast.Call, ...], dest: str, parsers: dict[int, Parser]) -> ScriptDefault:
     """What `parse_args` leaves in `dest` when the command gives none of its options, from the parser's
     `add_argument` / `set_defaults` calls as they run (_run_order; Lib/argparse.py, CPython 3.11): an option's dest is
     its `dest=`, else its first long option string without the dashes, `-` made `_` (_get_optional_kwargs);
-    `set_defaults(NAME=V)` sets the default of every option of dest NAME added before it and becomes the default of
-    one added after it without `default=` (set_defaults, _add_action's `if 'default' not in kwargs`), and gives NAME
-    that value where no option stores it (parse_known_args: 'add any parser defaults that aren't present'); of two
-    options with one dest, the first added sets it (parse_known_args sets an action's default only where the
-    namespace has none yet). Options of that dest that two parsers of the file (entry points, told apart by the
-    object each is added to and the function that adds it, `functions`) state apart: which parses the job, only
-    running tells (literal False). `set_defaults` is applied file-wide: an argument group, or a helper given the
-    parser (`def add_args(parser)`), adds to the parser that calls it, which the source does not say."""
-    parser_default: ast.expr | None = None
+    `set_defaults(NAME=V)` sets the default of every option of dest NAME added before it to the same parser and
+    becomes the default of one added to it after without `default=` (set_defaults, _add_action's `if 'default' not
+    in kwargs`), and gives NAME that value where no option stores it (parse_known_args: 'add any parser defaults that
+    aren't present'); of two options with one dest, the first added sets it (parse_known_args sets an action's
+    default only where the namespace has none yet). Options of that dest that two parsers of the file (entry points)
+    state apart: which parses the job, only running tells (literal False). Parsers are told apart by where each is
+    built (`parsers`, _parsers); a call whose parser the source does not say (a helper given the parser) counts as
+    on every parser, as `eval_parser.set_defaults(...)` does not reach `train_parser`'s options."""
+    defaults: list[tuple[Parser, ast.expr]] = []  # each set_defaults of dest, and its parser
     actions: list[list[ast.expr | None]] = []  # each option's default node (None: argparse's None) and its type
-    parsers: set[tuple[int, str]] = set()  # (the function around it, the object it is added to)
+    owners: list[Parser] = []  # each option's parser
+    keyed: set[Parser] = set()
     for call in calls:
         keywords = {kw.arg: kw.value for kw in call.keywords}
+        parser = parsers[id(call)]
         if call.func.attr == "set_defaults":
             if None in keywords or dest in keywords:  # `set_defaults(**cfg)`: any dest, to what only running gives
-                parser_default = keywords.get(dest, ast.Name("?"))
-                for action in actions:
-                    action[0] = parser_default
+                defaults.append((parser, keywords.get(dest, ast.Name("?"))))
+                for action, owner in zip(actions, owners):
+                    action[0] = defaults[-1][1] if _same(parser, owner) else action[0]
             continue
         options = _option_strings(call)
         if options and options[0].startswith("-") and _dest(options, keywords.get("dest")) == dest:
-            actions.append([keywords["default"] if "default" in keywords else parser_default, keywords.get("type")])
-            parsers.add((functions.get(id(call), 0), ast.unparse(call.func.value)))  # type: ignore[attr-defined]
+            before = next((value for owner, value in reversed(defaults) if _same(owner, parser)), None)
+            actions.append([keywords["default"] if "default" in keywords else before, keywords.get("type")])
+            owners.append(parser)
+            keyed.add(parser)
     if not actions:
-        return ScriptDefault(False, *_literal(parser_default, None)) if parser_default is not None else \
-            ScriptDefault(False, None, True)
-    found = {_literal(default, kind) for default, kind in actions[:1 if len(parsers) == 1 else None]}
+        return ScriptDefault(False, *_literal(defaults[-1][1], None)) if defaults else ScriptDefault(False, None, True)
+    found = {_literal(default, kind) for default, kind in actions[:1 if len(keyed) == 1 else None]}
     return ScriptDefault(True, *found.pop()) if len(found) == 1 else ScriptDefault(True, None, False)
+
+
+def _same(one: Parser, other: Parser) -> bool:
+    """Whether two calls may be on one parser: the same, or either not known."""
+    return not (one[2] and other[2]) or one == other
 
 
 def _option_strings(call: ast.Call) -> tuple[str, ...]:
