@@ -65,9 +65,12 @@ def _builds(script: str, name: str) -> bool:
 
 def _fsdp_config_keeps_checkpointing(script_args: Sequence[str]) -> str | None:
     """Why the Trainer's `--fsdp_config` keeps the job's checkpointing as it is (None: it does not, or no such
-    flag): its `activation_checkpointing` is on, or llmperf cannot read it to tell."""
+    flag): its `activation_checkpointing` is on, or llmperf cannot read it to tell. Without `--fsdp` the Trainer never
+    reads it (transformers training_args.py _process_fsdp_args: `if not self.fsdp: return None`; older releases only
+    warn "... is useful only when `--fsdp` is specified"), FSDP is off, and the switch is free (predict prices the job
+    without it too: frameworks/fsdp_sharding.py reads the config under --fsdp only)."""
     hits = find_flag(list(script_args), FSDP_CONFIG)
-    if not hits:
+    if not hits or not flag_value(list(script_args), ("--fsdp",)):
         return None
     value = flag_value(list(script_args), FSDP_CONFIG) or ""  # argparse keeps the last
     raw = read_fsdp_config(value)
