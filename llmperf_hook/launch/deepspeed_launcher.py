@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
 from llmperf_hook.launch.script_files import script_file_text
+from llmperf_hook.launch.deepspeed_elastic import elastic_node_range
 from llmperf_hook.launch.deepspeed_env import apply_rank_exports
 from llmperf_hook.launch.options import Grammar, Option, refuse_ambiguous_after_program, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
@@ -201,6 +202,7 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
             raise UsageError("the deepspeed --include/--exclude filter leaves no GPU to run on.")
         nnodes, nproc, world, extra = _size_from_pool(pool, nodes, gpus, src, flags)
         warnings += extra
+    nnodes = elastic_node_range(values, nnodes, warnings)
     if opts.rest >= len(words):
         raise UsageError("the deepspeed command names no training script after its options.")
     refuse_ambiguous_after_program(words, opts.rest, DEEPSPEED_GRAMMAR, "deepspeed")

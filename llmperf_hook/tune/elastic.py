@@ -70,12 +70,20 @@ def elastic_note(job: ParsedJob) -> str | None:
 
 
 def _range_words(job: ParsedJob) -> str:
-    """How the command asked for a range of node counts: torchrun's `--nnodes MIN:MAX` or Slurm's `-N MIN-MAX`."""
+    """How the command asked for a range of node counts: torchrun's `--nnodes MIN:MAX`, Slurm's `-N MIN-MAX` or the
+    DeepSpeed launcher's `--elastic_training --min_elastic_nodes MIN` over the nodes it launches
+    (launch/deepspeed_elastic.py)."""
+    if job.launcher == "deepspeed":
+        return _deepspeed_words(job.elastic_min_nnodes, job.nnodes)
     source = job.sources.get("nnodes")
     dash = source is not None and (source.detail in ("-N", "--nodes") or source.detail.startswith("SLURM"))
     if dash and job.elastic_node_counts:
         return f"-N {','.join(map(str, (*job.elastic_node_counts, job.nnodes)))}"
     return f"-N {job.elastic_min_nnodes}-{job.nnodes}" if dash else f"--nnodes {job.elastic_min_nnodes}:{job.nnodes}"
+
+
+def _deepspeed_words(least: int | None, nnodes: int) -> str:
+    return f"deepspeed --elastic_training --min_elastic_nodes {least} (up to its {nnodes} nodes)"
 
 
 WORLD_RULE = "world at the elastic minimum"
@@ -333,6 +341,8 @@ class ElasticMemory:
     """The memory model alone (commands/tune.memory_only with the cluster bound) -> MemoryEstimate."""
     slurm: bool = False
     """The range is Slurm's -N MIN-MAX (else torchrun's --nnodes MIN:MAX), for messages."""
+    deepspeed: bool = False
+    """The range is the DeepSpeed launcher's --elastic_training one, for messages."""
     counts: tuple[int, ...] = ()
     """Every count the job may start at, smallest first, the maximum last (empty: every one from least_nnodes)."""
     batch_rules: tuple[str, ...] = _BATCH_RULES
@@ -367,6 +377,8 @@ class ElasticMemory:
     def range_words(self, least: int) -> str:
         """The command's range with `least` as its minimum, as the command writes it (a size string: its counts from
         `least` on)."""
+        if self.deepspeed:
+            return _deepspeed_words(least, self.nnodes)
         if self.slurm and self.counts and len(self.counts) < self.nnodes - self.least_nnodes + 1:
             return f"-N {','.join(str(n) for n in self.counts if n >= least)}"
         return f"-N {least}-{self.nnodes}" if self.slurm else f"--nnodes {least}:{self.nnodes}"
@@ -378,6 +390,7 @@ def elastic_memory(job: ParsedJob, memory: Callable[[TrainingConfig], Any]) -> E
     if not counts:
         return None
     return ElasticMemory(counts[0], job.nnodes, memory, slurm=_range_words(job).startswith("-N"),
+                         deepspeed=job.launcher == "deepspeed",
                          counts=(*counts, job.nnodes), batch_rules=_batch_rules(job.script_args))
 
 
