@@ -1,6 +1,7 @@
 """Where a CPU testbed configuration's predicted step goes, op class by op class, beside a real run's operators.
 
     python benchmarks/testbed_op_breakdown.py INDEX [--home DIR] [--run-dir RUN]
+    python benchmarks/testbed_op_breakdown.py --record RECORD [--home DIR]
 
 INDEX is a configuration of testbed_configs.CONFIGS. The prediction is this tree's, from --home's profile (the
 benchmark's home by default): per (op class, phase) the step's seconds, split into the terms that price them on a
@@ -14,13 +15,22 @@ op's CPU time and its children's under torch.profiler, its backward the autograd
 numbers), beside the predicted op of the same class, phase and dims. Time outside the mapped ops (views, the
 autograd engine, DeepSpeed's hooks and copies) is not in them: the run's step time less their sum. The profiler
 adds some microseconds per event, so small ops read high.
+
+With --record, a record of bench_cpu_testbed.py (testbed_record.py; nothing is run): every configuration's
+predicted step by term beside the median of its recorded runs' step wall time and CPU time (the slowest rank's,
+per step), and which part the CPU time leaves: CPU / (prediction less the collectives, which are the ranks' wait,
+not CPU), and the forward+backward's ratio if the step's own terms (Adam, DeepSpeed's engine, gloo's transport
+threads) were right. Grouped by ranks: a term missing from multi-rank jobs shows as their ratio above the one-rank
+configurations' (session 22's quiet record: x1.07-1.31 at 2 ranks against x0.97-1.10 at 1, /work/notes/h191.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import sys
 import tempfile
 from collections import defaultdict
@@ -124,13 +134,78 @@ def print_against_run(rows: list[tuple[Any, int, dict[str, float]]], recorded: d
     print(f"  ops in both, per step: predicted {matched[0] * 1e3:.2f} ms, recorded {matched[1] * 1e3:.2f} ms")
 
 
+STEP_TERMS = ("adam", "engine", "transport")
+"""op_cost_parts' terms paid once per step; "operators", "issue" and "traffic" are the micro-batches' forward+backward,
+"comm" the collectives (the ranks' wait on a CPU: gloo blocks the calling thread)."""
+
+
+def step_terms_ms(rows: Iterator[tuple[Any, int, dict[str, float]]]) -> dict[str, float]:
+    """Milliseconds per step of each op_cost_parts term over the configuration's ops."""
+    out: dict[str, float] = defaultdict(float)
+    for _, n, parts in rows:
+        for term, s in parts.items():
+            out[term] += n * s * 1e3
+    return dict(out)
+
+
+def against_runs(terms_ms: dict[str, float], runs: list[dict]) -> dict[str, float]:
+    """The predicted terms beside the median over `runs` (a record's runs of one configuration) of the measured step
+    wall time and the slowest rank's CPU time per step (testbed_record.py: measured_s, cpu_s), in ms."""
+    predicted = sum(terms_ms.values())
+    comm = terms_ms.get("comm", 0.0)
+    step = sum(terms_ms.get(t, 0.0) for t in STEP_TERMS)
+    cpu = statistics.median(r["cpu_s"] for r in runs) * 1e3
+    wall = statistics.median(r["measured_s"] for r in runs) * 1e3
+    return {"predicted": predicted, "comm": comm, "step_terms": step, "fwd_bwd": predicted - comm - step,
+            "cpu": cpu, "wall": wall, "cpu_per_non_comm": cpu / (predicted - comm),
+            "fwd_bwd_if_step_right": (cpu - step) / (predicted - comm - step)}
+
+
+def by_ranks(rows: list[tuple[int, dict[str, float]]], key: str) -> dict[int, float]:
+    """{ranks: geometric mean of `key` over the configurations with that many ranks}."""
+    groups: dict[int, list[float]] = defaultdict(list)
+    for ranks, row in rows:
+        groups[ranks].append(math.log(row[key]))
+    return {r: math.exp(sum(v) / len(v)) for r, v in sorted(groups.items())}
+
+
+def print_record(record_path: Path, home: Path) -> None:
+    record = json.loads(record_path.read_text())
+    runs: dict[int, list[dict]] = defaultdict(list)
+    for run in record["runs"]:
+        runs[int(run["config"])].append(run)
+    print(f"{record_path.name}: this tree's prediction ({home}) against the median of each configuration's runs, ms per "
+          f"step\n  {'#':>2} {'configuration':32s} {'pred':>6} {'comm':>5} {'step':>5} {'f+b':>6} | {'CPU':>6} "
+          f"{'wall':>6}  CPU/(pred-comm)  f+b if step right")
+    rows = []
+    for index, label in ((c["index"], c["label"]) for c in record["configs"]):
+        cfg = CONFIGS[index]
+        if cfg.label() != label:
+            raise SystemExit(f"{record_path}: configuration {index} is {label!r} there, {cfg.label()!r} here")
+        with tempfile.TemporaryDirectory(prefix="llmperf-breakdown-") as work:
+            row = against_runs(step_terms_ms(step_ops(cfg, Path(work))), runs[index])
+        rows.append((cfg.ranks, row))
+        print(f"  {index:2d} {label:32s} {row['predicted']:6.1f} {row['comm']:5.1f} {row['step_terms']:5.1f} "
+              f"{row['fwd_bwd']:6.1f} | {row['cpu']:6.1f} {row['wall']:6.1f}  x{row['cpu_per_non_comm']:.3f}"
+              f"{'':9s}x{row['fwd_bwd_if_step_right']:.3f}")
+    for key, what in (("cpu_per_non_comm", "CPU / (prediction less collectives)"),
+                      ("fwd_bwd_if_step_right", "forward+backward if the step terms are right")):
+        means = by_ranks(rows, key)
+        print(f"  {what}, geometric mean by ranks: " + ", ".join(f"{r} rank(s) x{m:.3f}" for r, m in means.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("index", type=int, choices=range(len(CONFIGS)), metavar="INDEX")
+    ap.add_argument("index", type=int, nargs="?", choices=range(len(CONFIGS)), metavar="INDEX")
     ap.add_argument("--home", type=Path, default=Path.home() / ".cache" / "llmperf-cpu-testbed")
     ap.add_argument("--run-dir", type=Path, help="a --profile-ops run of the same configuration")
+    ap.add_argument("--record", type=Path, help="a bench_cpu_testbed.py record: every configuration against its runs")
     args = ap.parse_args()
+    if (args.index is None) == (args.record is None):
+        ap.error("give a configuration INDEX or --record FILE")
     os.environ["LLMPERF_HOME"] = str(args.home.expanduser().resolve())
+    if args.record:
+        return print_record(args.record, args.home)
     cfg = CONFIGS[args.index]
     with tempfile.TemporaryDirectory(prefix="llmperf-breakdown-") as work:  # the command's ds_config file
         rows = list(step_ops(cfg, Path(work)))

@@ -1,0 +1,44 @@
+"""benchmarks/testbed_op_breakdown.py --record: a record's runs beside the prediction's terms, and the multi-rank
+excess in CPU time it shows (session 22's quiet record: /work/notes/h191.md)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import testbed_op_breakdown as breakdown  # noqa: E402
+
+TERMS_MS = {"operators": 30.0, "issue": 2.0, "traffic": 0.0, "adam": 1.0, "engine": 8.0, "transport": 3.0,
+            "comm": 4.0}
+
+
+def _runs(cpu_ms: list[float], wall_ms: list[float]) -> list[dict]:
+    return [{"cpu_s": c / 1e3, "measured_s": w / 1e3} for c, w in zip(cpu_ms, wall_ms)]
+
+
+def test_terms_sum_per_step_over_each_ops_count() -> None:
+    rows = iter([(None, 2, {"operators": 1e-3, "issue": 1e-5}), (None, 1, {"engine": 4e-3, "comm": 2e-3})])
+    assert breakdown.step_terms_ms(rows) == pytest.approx({"operators": 2.0, "issue": 0.02, "engine": 4.0, "comm": 2.0})
+
+
+def test_cpu_is_set_against_the_prediction_less_its_collectives() -> None:
+    """Collectives are the ranks' wait (wall beyond CPU), so CPU time is compared with the rest; the forward+backward's
+    ratio takes the step's own terms (Adam, engine, transport) out as predicted."""
+    row = breakdown.against_runs(TERMS_MS, _runs([60.0, 66.0, 63.0], [70.0, 64.0, 68.0]))
+    assert row["predicted"] == pytest.approx(48.0) and row["comm"] == 4.0 and row["step_terms"] == 12.0
+    assert row["fwd_bwd"] == pytest.approx(32.0)
+    assert (row["cpu"], row["wall"]) == pytest.approx((63.0, 68.0))  # medians, not means
+    assert row["cpu_per_non_comm"] == pytest.approx(63.0 / 44.0)
+    assert row["fwd_bwd_if_step_right"] == pytest.approx((63.0 - 12.0) / 32.0)
+
+
+def test_ranks_are_summarised_by_geometric_means() -> None:
+    rows = [(1, {"x": 0.9}), (1, {"x": 1.1}), (2, {"x": 1.2}), (2, {"x": 1.3}), (2, {"x": 1.1})]
+    means = breakdown.by_ranks(rows, "x")
+    assert list(means) == [1, 2]
+    assert means[1] == pytest.approx(math.sqrt(0.99)) and means[2] == pytest.approx((1.2 * 1.3 * 1.1) ** (1 / 3))
