@@ -23,6 +23,7 @@ from typing import AbstractSet, Any, Mapping, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import ENV_REF, in_command_substitution
 from llmperf_hook.launch.braced_blanks import unmark_braces
+from llmperf_hook.launch.shell_arithmetic import arithmetic
 from llmperf_hook.launch.shell_parameters import OPERATOR
 from llmperf_hook.launch.shell_script import without_comment
 
@@ -138,26 +139,33 @@ def stop_on_nounset(text: str, env: Mapping[str, str], positional: Mapping[str, 
                      f"4.3.1). To predict the job, {fix}, or give its launch line after `--`.")
 
 
-_ELEMENT = re.compile(r"\$\{([A-Za-z_]\w*)\[(-?\d+|[\w.-]+|\$\{?[A-Za-z_]\w*\}?)\]\}|\$(?:!|\{!\})")
-"""`${NAME[N]}`, `${NAME[KEY]}` (a literal subscript, or one variable's value), and `$!` / `${!}`: what set -u also
-checks."""
+_ELEMENT = re.compile(r"\$\{(#?)([A-Za-z_]\w*)\[((?:[^\[\]{}$]|\$\{[^{}]*\}|\$\(\([^()]*\)\)|\$\w+)+)\](\}?)"
+                      r"|\$(?:!|\{!\})")
+"""`${NAME[N]}`, `${NAME[KEY]}`, `${NAME[i+1]}` (a subscript of plain text, `$VAR` / `${...}` and `$(( ))`), also
+behind `#` or an operator (`${#A[i]}`, `${A[i]:-x}`: only the variables its subscript reads count there), and `$!` /
+`${!}`: what set -u also checks."""
 _SUBSCRIPT_NAME = re.compile(r"\$\{?([A-Za-z_]\w*)\}?|([A-Za-z_]\w*)")
+_SUBSCRIPT_REF = re.compile(r"\$\{#([A-Za-z_]\w*)\[[@*]\]\}|\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)|\$\{?[0-9#@*?!$-]")
+"""What an indexed array's subscript expands before its arithmetic (bash manual 6.7: 'subscript is treated as an
+arithmetic expression'): `${#A[@]}`, `${i}`, `$i`; anything else (`$1`, `${i:-0}`) is not followed here."""
 
 
 def unset_element(text: str, reading: Any) -> tuple[str, str] | None:
     """The first of these in the command `text` (its `$` as bash expands it: shell_script.protect_literal_dollars)
     that bash 5.2 rejects under `set -u`, and what it names: an element an indexed array (dense, as the reading keeps it)
-    lacks (`${A[5]}` of `A=(x)`: 'A[5]: unbound variable'; `${A[-2]}`: 'bad array subscript', which ends the script
-    too), a key an associative array lacks, `${X[N]}` (N > 0) of a plain variable, `${NAME[N]}` of a name set
-    nowhere, and `$!` before any command ran in the background (bash manual 3.4.2: the process id of the job most
-    recently placed into the background). `${#A[N]}` (0), `${A[@]}` / `${A[*]}`, an element behind an operator
-    (`${A[5]:-}`) and `${#B[@]}` of an unset B (bash prints 'B: unbound variable' but goes on) do not stop a script
-    (bash manual 4.3.1 `-u`, each checked with bash 5.2.15). A name whose elements only running the script gives, or
-    that it writes where the reading does not follow, is spared."""
+    lacks (`${A[5]}` of `A=(x)`, `${A[i+1]}` past the end: 'A[5]: unbound variable'; `${A[-2]}`: 'bad array
+    subscript', which ends the script too), an unset variable its subscript reads (`${A[j]}`: 'j: unbound
+    variable'), a key an associative array lacks, `${X[N]}` (N > 0) of a plain variable, `${NAME[N]}` of a name set
+    nowhere or unset (`unset A`), and `$!` before any command ran in the background (bash manual 3.4.2: the process
+    id of the job most recently placed into the background). `${#A[N]}` (0), `${A[@]}` / `${A[*]}`, an element behind
+    an operator (`${A[5]:-}`; an unset variable its subscript reads still stops, `${A[j]:-}`) and `${#B[@]}` of an
+    unset B (bash prints 'B: unbound variable' but goes on) do not stop a script (bash manual 4.3.1 `-u`, each checked
+    with bash 5.2.15). A name whose elements only running the script gives, or that it writes where the reading does
+    not follow, is spared."""
     for found in _ELEMENT.finditer(text):
         if in_command_substitution(text, found.start()):
             continue
-        name, subscript = found.groups()
+        counted, name, subscript, closed = found.groups()
         if name is None:
             if not reading.background:
                 return found.group(0), "$!" if found.group(0) == "$!" else "!"
@@ -165,15 +173,15 @@ def unset_element(text: str, reading: Any) -> tuple[str, str] | None:
         if name in reading.undecidable or name in reading.unknown_heads or name in reading.loose_arrays or \
                 name in BASH_SETS or name.startswith("SLURM_"):
             continue
-        if _unset_element(reading, name, subscript):
+        key = _subscript(reading, subscript, name in reading.assoc)
+        if key is not None and key.startswith("$"):  # an unset variable the subscript reads
+            return found.group(0), key[1:]
+        if key is not None and closed and not counted and _unset_element(reading, name, key):
             return found.group(0), f"{name}[{subscript}]"
     return None
 
 
-def _unset_element(reading: Any, name: str, subscript: str) -> bool:
-    key = _subscript(reading, subscript, name in reading.assoc)
-    if key is None:
-        return False
+def _unset_element(reading: Any, name: str, key: str) -> bool:
     if name in reading.assoc:
         return key not in reading.assoc[name]
     if not re.fullmatch(r"-?\d+", key):
@@ -183,20 +191,48 @@ def _unset_element(reading: Any, name: str, subscript: str) -> bool:
         return not -len(reading.arrays[name]) <= index < len(reading.arrays[name])
     if name in reading.env:
         return index > 0  # a plain variable is element 0 of itself
-    return name not in reading.written
+    return name not in reading.written or name in reading.surely_unset() & reading.removed_surely
 
 
 def _subscript(reading: Any, subscript: str, associative: bool) -> str | None:
-    """The key or index a subscript gives: `$i` / `${i}` the variable's value, and a bare name that of an indexed
-    array (its subscript is arithmetic, bash manual 6.7: `${A[i]}` reads i); None where that is not known here (a
-    loop read once leaves its variable as it was, not as its pass sets it)."""
+    """The key or index a subscript gives: an associative array's key as written, or one `$k` variable's value; an
+    indexed array's subscript evaluated as arithmetic (bash manual 6.7: `${A[i]}`, `${A[$i+1]}`, `${A[$((n-1))]}`,
+    `${A[${#A[@]}-1]}`), its bare names read as variables; `$NAME` for an unset variable it reads (set -u stops at it);
+    None where that is not known here (a variable only running gives, or written where the reading does not follow,
+    or a loop read once leaves its variable as it was, not as its pass sets it)."""
     named = _SUBSCRIPT_NAME.fullmatch(subscript)
-    if named is None or (named.group(2) and associative):
-        return subscript
-    variable = named.group(1) or named.group(2)
-    if variable in reading.undecidable or any(f.kind in ("while", "until", "for") for f in reading.conditions.frames):
+    if associative:
+        return subscript if named is None or named.group(2) else _variable(reading, named.group(1))
+    if any(f.kind in ("while", "until", "for") for f in reading.conditions.frames):
         return None
-    return reading.env.get(variable)
+    text = _SUBSCRIPT_REF.sub(lambda m: _reference(reading, m), re.sub(r"\$\(\(([^()]*)\)\)", r"(\1)", subscript))
+    if "\0" in text:
+        return None
+    for variable in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", text)):
+        value = _variable(reading, variable)
+        if value is None or value.startswith("$"):
+            return value
+    value = arithmetic(text, dict(reading.env))
+    return value if re.fullmatch(r"-?\d+", value) else None
+
+
+def _reference(reading: Any, found: re.Match[str]) -> str:
+    """One `$...` of an indexed array's subscript as text for its arithmetic; NUL where it is not followed here."""
+    counted, braced, plain = found.groups()
+    if counted:
+        elements = reading.arrays.get(counted)
+        return str(len(elements)) if elements is not None and counted not in reading.unknown_heads else "\0"
+    return braced or plain or "\0"  # `$i` reads i as a bare `i` does
+
+
+def _variable(reading: Any, name: str) -> str | None:
+    """A variable's value for a subscript; `$NAME` where it is surely unset; None where only running tells."""
+    if name in reading.undecidable or name in BASH_SETS or name.startswith("SLURM_"):
+        return None
+    if name in reading.env:
+        return reading.env[name]
+    return f"${name}" if name not in reading.written or name in reading.surely_unset() & reading.removed_surely \
+        else None
 
 
 def stop_on_unset_element(text: str, reading: Any, at: str) -> None:

@@ -493,10 +493,19 @@ class Conditions:
             self.closed += [closed for closed in [self.frames.pop()] if closed.assigned or closed.ends or closed.exits]
         else:
             if head in ("break", "continue", "return") and self.running():
-                for loop in self.frames:
+                for loop in self._left_by(head, words[1:2]):
                     loop.left = True
             return words if self.running() else []
         return self.step(words[1:], test, word)  # `then if ...`, `else if ...`, `do if ...`: bash reads on
+
+    def _left_by(self, head: str, count: list[str]) -> list[_Frame]:
+        """The blocks whose pass `break N` / `continue N` leaves: the N innermost loops (N is 1 unless given, bash
+        manual 4.1 `break`, `continue`) and every block inside them; all for `return` (or an N not known here)."""
+        loops = [i for i, frame in enumerate(self.frames) if frame.kind in ("while", "until", "for")]
+        n = int(count[0]) if head != "return" and count and count[0].isdigit() else 1 if head != "return" else 0
+        if n < 1 or n > len(loops) or (head != "return" and count and not count[0].isdigit()):
+            return self.frames
+        return self.frames[loops[-n]:]
 
     def _skipped(self, joined: str, head: str) -> bool:
         """A command after `&&` / `||` that bash does not run, as the list's status so far says (`[ $A = b ] &&

@@ -159,9 +159,10 @@ class ShellVariables:
     """`set -u` / `set -o nounset`: expanding an unset variable is an error that ends the script (bash manual 4.3.1;
     script_stops.stop_on_nounset)."""
     removed: set[str] = field(default_factory=set)
-    """Names `unset NAME` / `unset -v NAME` removed (bash manual 4.1 Bourne Shell Builtins, `unset`), also on a condition
-    llmperf cannot decide (applied and noted, as an assignment there is), until a command the reading does not follow
-    may have set them again (batch_script.forget_removed drops those a later command writes bare: `read NAME`)."""
+    """Names `unset NAME` / `unset -v NAME` removed (bash manual 4.1 Bourne Shell Builtins, `unset`), also on a
+    condition llmperf cannot decide (applied and noted, as an assignment there is), until a command the reading does
+    not follow may have set them again (batch_script.forget_removed drops those a later command writes bare: `read
+    NAME`)."""
 
     def surely_unset(self) -> set[str]:
         """The names unset where the reading is: removed by `unset` and not set again since (a value, an undecided

@@ -16,11 +16,12 @@ OPTION = "'--max-position-embeddings', type=int"
 SCRIPTS = {  # the lines after PARSER's (which builds `p`); argparse gives p's args.max_position_embeddings
     "another_parsers_set_defaults_after": f"p.add_argument({OPTION}, default=512)\ne = argparse.ArgumentParser()\n"
                                           "e.set_defaults(max_position_embeddings=128)",
-    "another_parsers_set_defaults_before": "e = argparse.ArgumentParser()\ne.set_defaults(max_position_embeddings=128)\n"
+    "another_parsers_set_defaults_before": "e = argparse.ArgumentParser()\n"
+                                           "e.set_defaults(max_position_embeddings=128)\n"
                                            f"p.add_argument({OPTION})",
     "another_parser_in_a_function": f"p.add_argument({OPTION}, default=512)\n\n\ndef evaluation():\n"
-                                    "    p = argparse.ArgumentParser()\n    p.set_defaults(max_position_embeddings=128)\n"
-                                    "    return p",
+                                    "    p = argparse.ArgumentParser()\n"
+                                    "    p.set_defaults(max_position_embeddings=128)\n    return p",
     "group_of_the_parser": f"g = p.add_argument_group('model')\ng.add_argument({OPTION}, default=512)\n"
                            "p.set_defaults(max_position_embeddings=2048)",
     "chained_group": f"p.add_mutually_exclusive_group().add_argument({OPTION}, default=512)\n"

@@ -122,3 +122,42 @@ def test_a_backquote_glued_to_more_of_the_word_is_left_as_written() -> None:
     """`x{a..Z}y` gives x`y, which bash expands again and stops at ('bad substitution: no closing "`"'): not read."""
     assert brace_expand("x{a..Z}y") is None and brace_expand("{A..a}x") is None
     assert brace_expand("--{Z..a..2}") == ["--Z", "--", "--^", "--`"]  # a backquote that ends the word stays
+
+
+NOUNSET = {  # `set -u` (bash manual 4.3.1), an indexed array's subscript evaluated as arithmetic (6.7), `break N` (4.1)
+    "loop_after_an_inner_loops_undecided_break": f"for i in 1; do for j in 1; do {NO_CFG} && break; done; echo $X; done",
+    "subscript_sum": "A=(a b)\ni=1\necho ${A[i+1]}",
+    "subscript_sum_in_range": "A=(a b)\ni=0\necho ${A[i+1]}",
+    "subscript_dollar_sum": "A=(a b)\ni=1\necho ${A[$i+1]}",
+    "subscript_arithmetic_expansion": "A=(a b)\ni=1\necho ${A[$((i+1))]}",
+    "subscript_arithmetic_expansion_in_range": "A=(a b)\ni=0\necho ${A[$((i+1))]}",
+    "subscript_difference": "A=(a b)\nn=3\necho ${A[n-1]}",
+    "subscript_difference_in_range": "A=(a b)\nn=2\necho ${A[n-1]}",
+    "subscript_count": "A=(a b)\necho ${A[${#A[@]}]}",
+    "subscript_count_less_one": "A=(a b)\necho ${A[${#A[@]}-1]}",
+    "subscript_conditional": "A=(a b)\ni=5\necho ${A[i>1?1:0]}",
+    "subscript_reads_an_unset_variable": "A=(a b)\necho ${A[j]}",
+    "subscript_behind_an_operator_reads_an_unset_variable": "A=(a b)\necho ${A[j+1]:-x}",
+    "counted_element_reads_an_unset_variable": "A=(a b)\necho ${#A[j]}",
+    "element_behind_an_operator_past_the_end": "A=(a b)\ni=4\necho ${A[i]:-x} ${#A[i+1]}",
+    "random_subscript": "A=(a b)\necho ${A[RANDOM%2]}",
+    "element_of_an_unset_array": "A=(a b)\nunset A\necho ${A[0]}",
+}
+
+
+@pytest.mark.parametrize("name", NOUNSET)
+def test_nounset_as_bash(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where bash 5.2 stops ('A[i+1]: unbound variable', 'j: unbound variable') llmperf refuses (it priced these);
+    where it goes on, llmperf prices."""
+    _same_as_bash(f"set -u\n{NOUNSET[name]}\n{T}\n", [], tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("body", [f"for i in 1; do for j in 1; do {NO_CFG} && break 2; done; echo $X; done",
+                                  f"while true; do {NO_CFG} && break; echo $X; break; done"])
+def test_nounset_after_an_undecided_break_of_its_loop_is_not_refused(body: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`break 2` leaves the outer loop too: whether `echo $X` runs, only the file test tells (bash stops only where
+    cfg is missing), so llmperf prices instead of refusing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nset -u\n{body}\n{T}\n")
+    assert parse_launch(["bash", "train.sh"], {}).nproc_per_node == 2
