@@ -30,6 +30,7 @@ from llmperf_hook.frameworks.megatron_validate_args import check_validate_args
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
 from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape, ignored_deepspeed_flags
 from llmperf_hook.frameworks.script_dropout import apply_script_dropout
+from llmperf_hook.frameworks.script_gelu import apply_script_gelu
 from llmperf_hook.frameworks.script_shape import resolve_script_shape, script_model_type
 from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.step_flags import step_fusions
@@ -147,6 +148,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         "", ds is None or ds.memory_efficient_linear, False, job.script, job.env, _zero3_warnings(ds, warnings))
     fusions = apply_script_dropout(step_fusions(flags, framework, optimizer, src, job.env, warnings), job.script,
                                    flags, src)
+    fusions = apply_script_gelu(fusions, job.script, flags, framework, src)
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,

@@ -437,6 +437,10 @@ class TrainingConfig:
     bias_swiglu_impl, mlp.py); False
     (--no-bias-gelu-fusion, --no-bias-swiglu-fusion with --swiglu) adds the FC1 bias in a kernel of its own when the
     layers have biases (for SwiGLU it also runs the activation as PyTorch's composite)."""
+    gelu_approximate: Literal["tanh", "none"] = "tanh"
+    """The GELU the MLP runs, in torch's names: "tanh" approximation (Megatron's fused bias_gelu_impl) or "none", the
+    exact erf GELU (torch's F.gelu default); frameworks/script_gelu.py says which job runs which. The graph tags its
+    gelu ops with it (graph/layer_ops.activation)."""
     bias_dropout_fusion: bool = True
     """Megatron's fused bias-dropout-add (fusions/fused_bias_dropout.py); False (--no-bias-dropout-fusion): bias
     add, dropout and residual add as separate kernels (_bias_dropout_add_func)."""

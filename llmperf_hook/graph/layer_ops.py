@@ -224,7 +224,13 @@ def activation(name: str, ffn: int, ctx: LayerContext) -> Op:
         passes = 2.0 * 2 + 5.0 if m.swiglu else 2.0 + 2.0
         return elementwise(name + act, "bias_activation", {"elements": elements, "swiglu": int(m.swiglu)}, elements, ctx,
                            passes=passes)
-    return elementwise(name + act, act, {"elements": elements}, elements, ctx, passes=3.0 if m.swiglu else 2.0)
+    op = elementwise(name + act, act, {"elements": elements}, elements, ctx, passes=3.0 if m.swiglu else 2.0)
+    return op if m.swiglu else replace(op, tags={**op.tags, GELU_TAG: ctx.cfg.gelu_approximate})
+
+
+GELU_TAG = "approximate"
+"""Tag of a gelu op: which GELU it is, in torch's names ("tanh" | "none" = exact erf; TrainingConfig.gelu_approximate,
+frameworks/script_gelu.py); a profile that sampled both prices each with its own (predict/dispatch.gelu_variant)."""
 
 
 def attention_ops(ctx: LayerContext) -> list[Op]:

@@ -29,6 +29,7 @@ from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
 from llmperf_hook.predict.optimizer_bytes import scale_optimizer_times
 from llmperf_hook.predict.roofline import RooflinePredictor, math_dtype, sustained_math_floor_s
 from llmperf_hook.predict.sibling_profile import find_sibling_profile
+from llmperf_hook.profile.features import GELU_EXACT, profile_class
 
 ROOFLINE = RooflinePredictor()
 ALPHA_BETA = AlphaBetaPredictor()
@@ -95,9 +96,13 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
             continue
         if op.phase == "recompute":
             op = replace(op, phase="fwd")  # a recomputed forward costs what the forward costs
-        op = bf16_part_of_fp8_run(op)
+        op_class = op.op_class
+        op, variant_note = gelu_variant(bf16_part_of_fp8_run(op), profile)
         predictor = choose_predictor(op, profile, comm_model)
-        phases = used.setdefault(op.op_class, {}).setdefault(_label(predictor, op, profile), [])
+        label = _label(predictor, op, profile)
+        if variant_note and predictor is profile:
+            label += f" ({variant_note})"
+        phases = used.setdefault(op_class, {}).setdefault(label, [])
         if op.phase not in phases:
             phases.append(op.phase)
         cached = _CACHE.get((predictor.name, id(predictor), ckey, oid, sustained_floor))
@@ -140,6 +145,25 @@ def predictor_label(names: dict[str, list[str]]) -> str:
     return " / ".join(f"{name} ({', '.join(phases)})" for name, phases in names.items())
 
 
+def gelu_variant(op: Op, profile: OpClassPredictor | None) -> tuple[Op, str]:
+    """(the op as `profile` prices it, a note when it is not its own variant's samples): a gelu op tagged exact
+    (graph/layer_ops.GELU_TAG "none") by the profile's gelu_exact regressor, any other gelu op by its gelu (tanh) one.
+    A profile without the job's variant (one sampled before gelu_exact existed, or a GPU's public samples) prices it
+    by the other variant's and says so; the tanh GELU costs 2-3.5x the exact one on an AVX2 CPU thread
+    (frameworks/script_gelu.py)."""
+    if op.op_class != "gelu" or profile is None:
+        return op, ""
+    exact = profile_class(op.op_class, op.tags) == GELU_EXACT
+    own, other = (GELU_EXACT, "gelu") if exact else ("gelu", GELU_EXACT)
+    if profile.supports(own, op.phase, op.dtype):
+        return replace(op, op_class=own), ""
+    if profile.supports(other, op.phase, op.dtype):
+        return replace(op, op_class=other), (f"{'exact' if exact else 'tanh'} GELU priced by the "
+                                             f"{'tanh' if exact else 'exact'} GELU's samples: the profile has none "
+                                             f"of its own; `llmperf profile --ops {own}` samples them")
+    return op, ""
+
+
 def bf16_part_of_fp8_run(op: Op) -> Op:
     """An op of an FP8 run that Transformer Engine executes in bf16 (everything but its FP8 linear GEMMs:
     roofline.math_dtype) is the bf16 op, so a bf16 operator profile prices it; FP8 GEMMs keep dtype fp8."""
@@ -168,7 +192,7 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
         used = {k: v if k in COLLECTIVE_CLASSES else v + "+cpu-framework" for k, v in used.items()}
     warnings: tuple[str, ...] = ()
     if profile is not None and hasattr(profile, "extrapolation_warnings"):
-        priced = [bf16_part_of_fp8_run(op) for op in ops]
+        priced = [gelu_variant(bf16_part_of_fp8_run(op), profile)[0] for op in ops]
         warnings = profile.extrapolation_warnings(
             [op for op in priced if choose_predictor(op, profile, None) is profile])
         if hasattr(profile, "meta"):  # a profile timed under another torch than this environment's

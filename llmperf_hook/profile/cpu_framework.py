@@ -229,6 +229,8 @@ def optimizer_steps(shape: Shape) -> tuple[Callable[[], Any], Callable[[], Any]]
 
 
 def _reference_config(shape: Shape, dtype: str):
+    from dataclasses import replace
+
     from llmperf_hook.api import resolve_job
 
     layers, hidden, seq, mbs = shape
@@ -237,7 +239,8 @@ def _reference_config(shape: Shape, dtype: str):
              "--vocab-size", VOCAB, "--attention-dropout", 0, "--hidden-dropout", 0]
     flags += ["--bf16"] if dtype == "bf16" else []
     _, cfg = resolve_job(["python", "pretrain_gpt.py", *map(str, flags)], {})
-    return cfg
+    # _gpt runs torch's exact F.gelu, not Megatron's fused tanh one (frameworks/script_gelu.py)
+    return replace(cfg, gelu_approximate="none")
 
 
 def _predicted_ops(shape: Shape, dtype: str, hardware_name: str) -> tuple[list[tuple], float]:
@@ -306,9 +309,11 @@ def isolated_difference_s(dtype: str, hardware_name: str, small: Shape, large: S
 def _isolated_s(op: Op, dtype: str) -> float:
     """Seconds of one call of compute `op` sampled alone on the CPU (op_sampler: the profile's own clock and
     runners, up to 10 ms of repetitions)."""
+    from llmperf_hook.profile.features import profile_class
     from llmperf_hook.profile.op_sampler import sample_op
 
-    return sample_op(op.op_class, op.dims, "bwd" if op.phase == "bwd" else "fwd", dtype, "cpu", target_s=0.01).time_s
+    return sample_op(profile_class(op.op_class, op.tags), op.dims, "bwd" if op.phase == "bwd" else "fwd", dtype, "cpu",
+                     target_s=0.01).time_s
 
 
 def fit_nonnegative(x: Sequence[Sequence[float]], y: Sequence[float],

@@ -228,6 +228,17 @@ ROPE_TENSORS = 2
 heads = q heads + k heads of the rank (graph/layer_ops.py: heads + kv_heads, GQA included)."""
 
 
+GELU_EXACT = "gelu_exact"
+"""The profile class of the exact (erf) GELU, torch's F.gelu default; a profile's "gelu" samples the tanh approximation
+(Megatron's fused bias_gelu_impl, megatron/core/fusions/fused_bias_gelu.py), op_sampler._elementwise."""
+
+
+def profile_class(op_class: str, tags: Mapping[str, str]) -> str:
+    """The profile class that holds a graph op's own samples: a gelu op tagged approximate "none" (graph/layer_ops
+    GELU_TAG, the exact GELU) is GELU_EXACT's; every other op its own class's."""
+    return GELU_EXACT if op_class == "gelu" and tags.get("approximate") == "none" else op_class
+
+
 def profile_dims(op_class: str, dims: Mapping[str, float]) -> dict[str, float]:
     """A graph op's dims (graph/op.py contract) as the dims a profile's samples are keyed by. They agree except
     for rope, whose graph heads (q + k) are ROPE_TENSORS tensors of heads / ROPE_TENSORS each: passing them as
@@ -276,6 +287,7 @@ BUILDERS: Mapping[str, Builder] = {
     "layernorm": lambda d, b, rc: _rows_cols(d, b, rc, "tokens", "hidden", 8.0, (2.0, 4.0)),
     "rmsnorm": lambda d, b, rc: _rows_cols(d, b, rc, "tokens", "hidden", 6.0, (2.0, 4.0)),
     "gelu": lambda d, b, rc: _elementwise(d, b, rc, 8.0, (2.0, 3.0)),
+    "gelu_exact": lambda d, b, rc: _elementwise(d, b, rc, 8.0, (2.0, 3.0)),
     "swiglu": lambda d, b, rc: _elementwise(d, b, rc, 6.0, (3.0, 5.0)),
     "residual_add": lambda d, b, rc: _elementwise(d, b, rc, 1.0, (3.0, 3.0)),
     "dropout": lambda d, b, rc: _elementwise(d, b, rc, 2.0, (3.0, 3.0)),
@@ -284,13 +296,14 @@ BUILDERS: Mapping[str, Builder] = {
     "cross_entropy": _cross_entropy,
     "optimizer": _optimizer,
 }
-"""Op classes a profile can hold. softmax_unfused and masked_fill are the unfused attention path's kernels."""
+"""Op classes a profile can hold. softmax_unfused and masked_fill are the unfused attention path's kernels; gelu is the
+tanh approximation and gelu_exact the erf GELU (predict/dispatch.gelu_variant prices a graph's gelu op by its tag)."""
 
 REQUIRED_DIMS: Mapping[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k"), "bmm": ("batch", "m", "n", "k"),
     "attention": ("b", "s", "heads", "kv_heads", "head_dim", "causal"),
     "softmax": ("rows", "cols"), "softmax_unfused": ("rows", "cols"), "masked_fill": ("rows", "cols"),
-    "layernorm": ("tokens", "hidden"), "rmsnorm": ("tokens", "hidden"), "gelu": ("elements",),
+    "layernorm": ("tokens", "hidden"), "rmsnorm": ("tokens", "hidden"), "gelu": ("elements",), "gelu_exact": ("elements",),
     "swiglu": ("elements",), "residual_add": ("elements",), "dropout": ("elements",),
     "rope": ("tokens", "heads", "head_dim"), "embedding": ("tokens", "vocab", "hidden"),
     "cross_entropy": ("tokens", "vocab"), "optimizer": ("params",),

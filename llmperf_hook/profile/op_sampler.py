@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-SAMPLED_CLASSES = ("gemm", "bmm", "attention", "softmax", "layernorm", "rmsnorm", "gelu", "swiglu", "rope",
+SAMPLED_CLASSES = ("gemm", "bmm", "attention", "softmax", "layernorm", "rmsnorm", "gelu", "gelu_exact", "swiglu", "rope",
                    "residual_add", "dropout", "embedding", "cross_entropy", "optimizer")
 
 
@@ -222,8 +222,9 @@ def _elementwise(torch, d, bwd, kw, kind: str) -> Callable[[], Any]:
     if kind == "swiglu":
         gate = torch.randn(n, **kw, requires_grad=bwd)
         return _unary(torch, (n,), lambda x: F.silu(gate) * x, bwd, kw, (gate,))
-    op = (lambda x: F.gelu(x, approximate="tanh")) if kind == "gelu" else (lambda x: F.dropout(x, 0.1, True))
-    return _unary(torch, (n,), op, bwd, kw)
+    ops = {"gelu": lambda x: F.gelu(x, approximate="tanh"), "gelu_exact": lambda x: F.gelu(x, approximate="none"),
+           "dropout": lambda x: F.dropout(x, 0.1, True)}
+    return _unary(torch, (n,), ops[kind], bwd, kw)
 
 
 def make_runner(op_class: str, dims: Mapping[str, float], bwd: bool, dtype: str, device: str) -> Callable[[], Any]:
@@ -237,7 +238,7 @@ def make_runner(op_class: str, dims: Mapping[str, float], bwd: bool, dtype: str,
         "layernorm": lambda t, d, b, k: _norm(t, d, b, k, False), "rmsnorm": lambda t, d, b, k: _norm(t, d, b, k, True),
         "softmax": lambda t, d, b, k: _unary(t, (_i(d, "rows"), _i(d, "cols")), lambda x: torch.softmax(x, -1), b, k),
     }
-    if op_class in ("gelu", "swiglu", "residual_add", "dropout", "grad_sum"):
+    if op_class in ("gelu", "gelu_exact", "swiglu", "residual_add", "dropout", "grad_sum"):
         return _elementwise(torch, dims, bwd, kw, op_class)
     return builders[op_class](torch, dims, bwd, kw)
 

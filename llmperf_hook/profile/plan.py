@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from llmperf_hook.profile.features import RooflineConstants, build_features, profile_dims
+from llmperf_hook.profile.features import RooflineConstants, build_features, profile_class, profile_dims
 
 if TYPE_CHECKING:
     from llmperf_hook.profile.build_profile import Samples
@@ -32,7 +32,8 @@ CPU_RANGES: Mapping[str, Range] = {
     "softmax": {"rows": (64, 65536), "cols": (64, 512)},
     "layernorm": {"tokens": (64, 4096), "hidden": (64, 2048)},
     "rmsnorm": {"tokens": (64, 4096), "hidden": (64, 2048)},
-    "gelu": {"elements": (4096, 8 << 20)}, "swiglu": {"elements": (4096, 8 << 20)},
+    "gelu": {"elements": (4096, 8 << 20)}, "gelu_exact": {"elements": (4096, 8 << 20)},
+    "swiglu": {"elements": (4096, 8 << 20)},
     "residual_add": {"elements": (4096, 4 << 20)}, "dropout": {"elements": (4096, 4 << 20)},
     "rope": {"tokens": (64, 4096), "heads": (1, 16), "head_dim": (16, 128)},
     "embedding": {"tokens": (64, 4096), "vocab": (256, 50304), "hidden": (64, 1024)},
@@ -54,11 +55,15 @@ GPU_RANGES: Mapping[str, Range] = {
     "embedding": {"tokens": (512, 65536), "vocab": (4096, 262144), "hidden": (1024, 16384)},
     "cross_entropy": {"tokens": (512, 16384), "vocab": (4096, 131072)},
     "optimizer": {"params": (1e6, 2e9)},
+    "gelu_exact": {"elements": (1 << 20, 1 << 30)},
 }
 CPU_DEFAULT_OPS = ("gemm", "attention", "layernorm", "gelu", "residual_add", "dropout", "embedding", "cross_entropy",
-                   "optimizer", "softmax", "bmm", "rmsnorm", "swiglu", "rope")
+                   "optimizer", "softmax", "bmm", "rmsnorm", "swiglu", "rope", "gelu_exact")
 """What a plain-torch / Megatron GPT layer runs forward and backward (plus the unfused-attention and LLaMA-style
-kernels), in the order the design interleaves them."""
+kernels), in the order the design interleaves them. gelu is the tanh GELU (Megatron's fused bias_gelu), gelu_exact the
+erf one (torch's F.gelu default); gelu_exact comes last (also in GPU_RANGES, the GPU's order), so the design's points
+of the classes before it are those an earlier profile stored (one random stream over the classes: design_specs), and
+topping up such a profile samples gelu_exact alone."""
 FWD_ONLY = frozenset({"optimizer"})
 PER_SAMPLE_OVERHEAD_S = 0.02
 """Tensor allocation, warm-up and bookkeeping per measured shape (measured on CPU)."""
@@ -73,7 +78,7 @@ class SampleSpec:
     """"fwd" | "bwd"."""
     dims: Mapping[str, float]
     origin: str
-    """"job" | "neighbour" | "design" | "adaptive"."""
+    """"job" | "neighbour" | "design" | "aligned" | "adaptive"."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,34 @@ def design_specs(op_classes: Sequence[str], ranges: Mapping[str, Range], per_cla
         for phase in phases:
             columns.append([SampleSpec(cls, phase, p, "design") for p in pts])
     return [col[i] for i in range(per_class) for col in columns if i < len(col)]
+
+
+ALIGNED_CLASSES = ("gemm",)
+"""Classes whose time jumps at power-of-two dims, which the design's multiples of 8 almost never hit: on one EPYC
+thread (AVX2, ATen's bf16 fallback) the bf16 GEMM backward at k = 256 or 512 runs at half the speed of its neighbours
+(m 256: n 1024 k 256 150 ms CPU vs k 240 66 ms, k 320 86 ms, k 192 52 ms; n 512 k 512 110 ms vs n 520 k 520 56 ms;
+/work/notes/h192.md), and the testbed's hidden 256 ran at exactly those. Models are built of such dims (hidden, FFN
+and head sizes), so the plan also samples them (aligned_specs)."""
+ALIGNED_PER_CLASS = 12
+
+
+def aligned_specs(op_classes: Sequence[str], ranges: Mapping[str, Range], per_class: int = ALIGNED_PER_CLASS,
+                  seed: int = 1) -> list[SampleSpec]:
+    """Latin-hypercube points of ALIGNED_CLASSES with every dim rounded to the nearest power of two (in log, within
+    its range), deduplicated, interleaved as design_specs; their own random stream, so the design's points stay those
+    an earlier profile stored. Smallest first (by the product of the dims): a bf16 GEMM backward of m 4096, n 2048,
+    k 512 took 37 s a call here, and a short --budget should reach the many cheap ones before it."""
+    rng = np.random.default_rng(seed)
+    columns = []
+    for cls in (c for c in op_classes if c in ALIGNED_CLASSES):
+        points: dict[tuple, dict[str, float]] = {}
+        for p in latin_hypercube(ranges[cls], per_class, rng):
+            q = {k: float(np.clip(2.0 ** round(math.log2(v)), *ranges[cls][k])) for k, v in p.items()}
+            points.setdefault(tuple(sorted(q.items())), complete_dims(cls, q))
+        ordered = sorted(points.values(), key=lambda p: math.prod(p[k] for k in ranges[cls]))
+        for phase in ("fwd",) if cls in FWD_ONLY else ("fwd", "bwd"):
+            columns.append([SampleSpec(cls, phase, p, "aligned") for p in ordered])
+    return [col[i] for i in range(max(map(len, columns), default=0)) for col in columns if i < len(col)]
 
 
 def fit_first(specs: Sequence[SampleSpec], min_per_group: int) -> list[SampleSpec]:
@@ -274,11 +307,12 @@ def _op_spec(op, origin: str) -> SampleSpec | None:
     if op.is_comm or op.op_class not in CPU_RANGES:
         return None
     phase = "bwd" if op.phase == "bwd" else "fwd"
+    op_class = profile_class(op.op_class, op.tags)  # the exact GELU's samples are gelu_exact's
     # The job's op as the sampler keys it (features.profile_dims: a rope's q + k heads are two tensors).
     dims = profile_dims(op.op_class, {k: float(v) for k, v in op.dims.items()})
     if op.op_class == "rope":  # whole heads, as op_sampler rounds them (round(2.5) = 2 is what it would time)
         dims["heads"] = float(max(1, round(dims["heads"])))
-    return SampleSpec(op.op_class, phase, dims, origin)
+    return SampleSpec(op_class, phase, dims, origin)
 
 
 def _neighbours(cfg) -> list:

@@ -153,7 +153,7 @@ def _specs(req: ProfileRequest, ops: Sequence[str], rc: RooflineConstants, name:
     ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
     # The design's first round comes group by group, so a short budget still fits the leading classes.
     specs += plans.fit_first(plans.design_specs(ops, ranges, DESIGN_PER_CLASS), MIN_SAMPLES_TO_FIT)
-    return specs
+    return specs + plans.aligned_specs(ops, ranges)  # power-of-two shapes, after the design (plan.ALIGNED_CLASSES)
 
 
 def _local_cluster(name: str, rc: RooflineConstants):
@@ -474,7 +474,7 @@ def _run_profile(req: ProfileRequest) -> ProfileResult:
         record = (lambda spec, t: _record(store, req, name, spec, t, fp, versions))
         sampling_s = time.perf_counter()
         measured = _measure_all(todo, deadline, req, rc, record, slowdowns)
-        adaptive = _adaptive_rounds(store, req, name, rc, fp, deadline, record)
+        adaptive = _adaptive_rounds(store, req, name, rc, fp, deadline, record, ops)
         groups = _samples_by_class(store, name, None, fp)
         sampled_s = time.perf_counter()
     plan_note += f"; {adaptive} adaptive samples where the regressors disagreed most"
@@ -537,11 +537,14 @@ def _check_same_machine(name: str, fingerprint: Mapping[str, str]) -> None:
 
 
 def _adaptive_rounds(store: Store, req: ProfileRequest, name: str, rc: RooflineConstants, fp: str,
-                     deadline: SamplingDeadline, record: Callable[[plans.SampleSpec, float], None]) -> int:
-    """Rounds of uncertainty sampling while the budget lasts (the design came first)."""
+                     deadline: SamplingDeadline, record: Callable[[plans.SampleSpec, float], None],
+                     ops: Sequence[str]) -> int:
+    """Rounds of uncertainty sampling of the classes asked for (`ops`) while the budget lasts (the design came first):
+    a top-up `--ops gelu_exact` of a stored profile spent its time left on every other class (28 Nov: 12 adaptive
+    shapes each), and the changed samples cost those dtypes their framework cost (profile_fit)."""
     total = 0
     while time.perf_counter() < deadline.now_s() - 5.0:
-        groups = _samples_by_class(store, name, req.dtype, fp)
+        groups = {k: s for k, s in _samples_by_class(store, name, req.dtype, fp).items() if k[0] in ops}
         done = _done_keys(store, name, req.dtype, fp)
         extra = [s for s in _adaptive_specs(groups, req, rc, seed=total)
                  if (s.op_class, s.phase, dims_key(s.dims)) not in done]

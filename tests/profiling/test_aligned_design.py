@@ -1,0 +1,33 @@
+"""The plan's power-of-two GEMM shapes (plan.aligned_specs): models run their hidden, FFN and head sizes, where the
+design's multiples of 8 almost never land, and the bf16 GEMM backward is 2x slower at k = 256 or 512 on an AVX2 CPU
+thread (plan.ALIGNED_CLASSES)."""
+
+from __future__ import annotations
+
+import math
+
+from llmperf_hook.profile import plan
+
+
+def test_aligned_shapes_are_powers_of_two_within_range_cheapest_first() -> None:
+    specs = plan.aligned_specs(plan.CPU_DEFAULT_OPS, plan.CPU_RANGES)
+    assert specs and {s.op_class for s in specs} == {"gemm"} and {s.origin for s in specs} == {"aligned"}
+    for s in specs:
+        for key, value in s.dims.items():
+            lo, hi = plan.CPU_RANGES["gemm"][key]
+            assert lo <= value <= hi and math.log2(value).is_integer(), (key, value)
+    bwd = [math.prod(s.dims.values()) for s in specs if s.phase == "bwd"]
+    assert bwd == sorted(bwd) and len(bwd) == len({tuple(sorted(s.dims.items())) for s in specs if s.phase == "bwd"})
+
+
+def test_the_design_an_earlier_profile_stored_is_unchanged() -> None:
+    """gelu_exact comes last and the aligned shapes draw from their own stream: the design's points of the classes
+    an earlier profile sampled are the same, so a top-up measures only what is new."""
+    before = plan.design_specs(plan.CPU_DEFAULT_OPS[:-1], plan.CPU_RANGES, 32)
+    now = plan.design_specs(plan.CPU_DEFAULT_OPS, plan.CPU_RANGES, 32)
+    assert plan.CPU_DEFAULT_OPS[-1] == "gelu_exact"
+    assert [s for s in now if s.op_class != "gelu_exact"] == before
+
+
+def test_classes_without_an_aligned_design_get_none() -> None:
+    assert plan.aligned_specs(("layernorm", "gelu"), plan.CPU_RANGES) == []
