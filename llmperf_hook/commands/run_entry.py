@@ -8,7 +8,8 @@ _get_module_details), which torchrun (torch/distributed/run.py: `[PYTHON_EXEC or
 and the deepspeed launcher (deepspeed/launcher/launch.py: `[sys.executable, -u, (-m,) script]`) reach in every worker.
 A module is looked for without importing it (importlib's path finders over the job's directory and PYTHONPATH and
 this interpreter's path), and only when the job's interpreter is this one: another one's site-packages are unknown
-here. Launches llmperf cannot read this way (bash scripts, srun, sbatch, accelerate, `--no-python`) are not checked.
+here; with `--no-python` the program is looked for on PATH. Launches llmperf cannot read this way (bash scripts,
+srun, sbatch, accelerate) are not checked.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class Entry:
     """The command up to the entry point, for messages."""
     env: Mapping[str, str]
     """The job's environment (`VAR=value` words in front of the command included)."""
+    program: bool = False
+    """Run as a program, not by python (torchrun / deepspeed `--no-python`)."""
 
 
 def check_entry(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None) -> None:
@@ -52,6 +55,10 @@ def entry_problem(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> str
     entry = find_entry(argv, env)
     if entry is None:
         return ""
+    if entry.program:
+        said = _program_problem(entry, cwd)
+        return (f"cannot launch `{entry.launch}`: {said} (in {cwd}; --no-python runs it as a program). Nothing was "
+                "predicted or started: check the name, or drop --no-python for a python script.") if said else ""
     said = _module_problem(entry, cwd) if entry.module else _script_problem(entry.target, cwd)
     if not said:
         return ""
@@ -61,7 +68,7 @@ def entry_problem(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> str
 
 def find_entry(argv: Sequence[str], env: Mapping[str, str]) -> Entry | None:
     """The entry point of a python / torchrun / deepspeed command (after `VAR=value` words), None for any other
-    launch, one llmperf cannot read, `python -c` / `python -`, or one run without python (`--no-python`)."""
+    launch, one llmperf cannot read, or `python -c` / `python -`."""
     from llmperf_hook.launch.parse import _is_python, leading_assignments, parse_launch
 
     assigned, words = leading_assignments(argv)
@@ -75,12 +82,12 @@ def find_entry(argv: Sequence[str], env: Mapping[str, str]) -> Entry | None:
     module = job.script.startswith("-m ")
     target = job.script[3:] if module else job.script
     at = _entry_index(words, target, job.script_args)
-    if job.launcher not in CHECKED_LAUNCHERS or at is None or target in ("", "-") or _without_python(words[:at], job_env):
+    if job.launcher not in CHECKED_LAUNCHERS or at is None or target in ("", "-") or _set_by_env(job_env):
         return None
     if _is_python(words[0]) and job.launcher == "python" and _runs_code(words[:at + 1]):
         return None
     return Entry(target, module, _interpreter(words, job_env), " ".join(words[:at + 1]) + (" ..." if job.script_args
-                 else ""), job_env)
+                 else ""), job_env, program=_without_python(words[1:at]))
 
 
 def _entry_index(words: Sequence[str], target: str, script_args: Sequence[str]) -> int | None:
@@ -91,11 +98,16 @@ def _entry_index(words: Sequence[str], target: str, script_args: Sequence[str]) 
     return None
 
 
-def _without_python(launcher_words: Sequence[str], env: Mapping[str, str]) -> bool:
-    """torchrun / deepspeed `--no-python` (`--no_python`; argparse takes a prefix) runs the entry as a program;
-    torchrun's PET_NO_PYTHON / PET_MODULE stand in for its options (torch/distributed/argparse_util.py check_env)."""
-    return (any(w.startswith(("--no-p", "--no_p")) for w in launcher_words)
-            or bool(env.get("PET_NO_PYTHON")) or bool(env.get("PET_MODULE")))
+def _without_python(launcher_words: Sequence[str]) -> bool:
+    """torchrun / deepspeed `--no-python` (`--no_python`; argparse takes a prefix) runs the entry as a program
+    (run.py `cmd = args.training_script`; deepspeed/launcher/launch.py likewise)."""
+    return any(w.startswith(("--no-p", "--no_p")) for w in launcher_words)
+
+
+def _set_by_env(env: Mapping[str, str]) -> bool:
+    """torchrun's PET_NO_PYTHON / PET_MODULE stand in for its options (torch/distributed/argparse_util.py check_env):
+    what the entry is then is not read here."""
+    return bool(env.get("PET_NO_PYTHON")) or bool(env.get("PET_MODULE"))
 
 
 def _runs_code(words: Sequence[str]) -> bool:
@@ -138,6 +150,17 @@ def _script_problem(target: str, cwd: Path) -> str:
     if not os.access(path, os.R_OK):
         return f"can't open file '{shown}': [Errno 13] Permission denied"
     return ""
+
+
+def _program_problem(entry: Entry, cwd: Path) -> str:
+    """What the launcher's Popen of a program would fail with ('No such file or directory', not executable)."""
+    if os.sep not in entry.target:
+        found = shutil.which(entry.target, path=entry.env.get("PATH"))
+        return "" if found else f"no such program {entry.target!r} on PATH"
+    path = Path(entry.target) if os.path.isabs(entry.target) else cwd / entry.target
+    if not path.is_file():
+        return f"no such file {os.path.abspath(path)!r}"
+    return "" if os.access(path, os.X_OK) else f"{os.path.abspath(path)!r} is not executable (chmod +x it)"
 
 
 def _module_problem(entry: Entry, cwd: Path) -> str:

@@ -47,17 +47,20 @@ def work(tmp_path: Path) -> Path:
     (["torchrun", "--nproc-per-node", "2", "nosuch.py", "--lr", "1"], "can't open file '{cwd}/nosuch.py'"),
     (["OMP_NUM_THREADS=1", "deepspeed", "--num_gpus", "1", "sub/nosuch.py"], "can't open file '{cwd}/sub/nosuch.py'"),
     ([PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "nosuch.py"], "can't open file '{cwd}/nosuch.py'"),
+    (["torchrun", "--no-python", "no-such-program-xyz"], "no such program 'no-such-program-xyz' on PATH"),
+    (["deepspeed", "--num_gpus", "1", "--no_python", "./train.py"], "'{cwd}/train.py' is not executable"),
 ])
 def test_what_python_cannot_open_is_said_in_its_words(work: Path, argv: list[str], says: str) -> None:
     problem = entry_problem(argv, dict(os.environ), work)
-    assert says.format(cwd=work) in problem and "Nothing was predicted or started" in problem
+    assert says.format(cwd=work) in problem and "Nothing was predicted or started" in problem, problem
 
 
 @pytest.mark.parametrize("argv", [
     [PY, "train.py", "--x"], [PY, "app"], [PY, "-m", "pkg.sub"], [PY, "-m", "pkg.mod"], [PY, "-m", "json.tool"],
     [PY, "-m", "plug.anything"], [PY, "-c", "print(1)"], [PY, "-Ic", "pass"], [PY, "-"],
     ["PYTHONPATH=lib", PY, "-m", "elsewhere"],  # the job's PYTHONPATH, relative to its directory as python takes it
-    ["torchrun", "--no-python", "nosuch"], ["torchrun", "--nproc-per-node", "2", "-m", "pkg.sub"],
+    ["torchrun", "--no-python", "ls"], ["PET_MODULE=1", "torchrun", "nosuch"],
+    ["torchrun", "--nproc-per-node", "2", "-m", "pkg.sub"],
     ["bash", "-c", f"{PY} nosuch.py"],  # a shell's command: not read here
     ["/nonexistent/python3", "-m", "nosuch"],  # another interpreter: its modules are unknown here
 ])
