@@ -7,6 +7,7 @@ pointed at the copy. `plan_tuned_command` only reads; `write_planned_files` is t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -25,6 +26,7 @@ from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of, hf_batch_flags, split_layers
 from llmperf_hook.tune.command_string import rewrite_command_string, shell_join as _shell_join, training_words
+from llmperf_hook.tune.fsdp_config_apply import checkpointing_off, switchable_fsdp_config
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 
 MEGATRON = ("megatron", "megatron-deepspeed")
@@ -207,9 +209,14 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
         # GradientAccumulationPlugin, so the launcher's value is not the job's)
         span = accelerate_options_span(out)
         cut = span[1] if span is not None else 0
-        hf = out[:cut] + dsr.rewrite_hf_argv(out[cut:], base, new, new_cfg.batch.num_microbatches)
+        fsdp = switchable_fsdp_config(out[cut:], cwd)  # FSDP's own checkpointing on: switched in its config
+        switch = dataclasses.replace(new, recompute=base.recompute, recompute_num_layers=base.recompute_num_layers)
+        hf = out[:cut] + dsr.rewrite_hf_argv(out[cut:], base, switch if fsdp else new, new_cfg.batch.num_microbatches)
         if hf != out:
             notes.append("Hugging Face Trainer flags replaced in argv")
+        if fsdp is not None and new.recompute == "none" != base.recompute:
+            tail, files = checkpointing_off(hf[cut:], fsdp, cwd or Path.cwd(), notes)
+            return TunedCommand(argv=tuple(hf[:cut] + tail), new_files=files, notes=tuple(notes))
         return TunedCommand(argv=tuple(hf), notes=tuple(notes))
     ref = dsr.find_ds_config(out)
     if ref is not None and base_cfg.framework != "megatron":

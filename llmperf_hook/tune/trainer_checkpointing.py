@@ -26,6 +26,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.provenance import SourceKind
 from llmperf_hook.tune.argv_edit import find_flag, flag_value, option_key
 from llmperf_hook.tune.candidate import hf_batch_flags
+from llmperf_hook.tune.fsdp_config_apply import switchable_fsdp_config
 from llmperf_hook.tune.script_options import script_options
 
 FSDP_CONFIG = FSDP_CONFIG_FLAGS
@@ -70,8 +71,8 @@ def _fsdp_config_keeps_checkpointing(script_args: Sequence[str]) -> str | None:
     warn "... is useful only when `--fsdp` is specified"), FSDP is off, and the switch is free (predict prices the job
     without it too: frameworks/fsdp_sharding.py reads the config under --fsdp only)."""
     hits = find_flag(list(script_args), FSDP_CONFIG)
-    if not hits or not flag_value(list(script_args), ("--fsdp",)):
-        return None
+    if not hits or not flag_value(list(script_args), ("--fsdp",)) or switchable_fsdp_config(script_args) is not None:
+        return None  # no FSDP, or its config's checkpointing on, which tune switches there (tune/fsdp_config_apply)
     value = flag_value(list(script_args), FSDP_CONFIG) or ""  # argparse keeps the last
     raw = read_fsdp_config(value)
     if raw is None:

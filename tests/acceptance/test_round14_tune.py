@@ -66,18 +66,34 @@ def test_trainer_fsdp_searches_gradient_checkpointing_and_apply_writes_the_train
     assert not data["applied"]["new_files"]
 
 
-def test_trainer_fsdp_config_with_its_own_checkpointing_keeps_it(home: Path, capsys) -> None:
+def test_trainer_fsdp_config_checkpointing_is_switched_in_a_copy_of_the_config(home: Path, capsys) -> None:
     """FSDP's activation_checkpointing in the Trainer's --fsdp_config beside --gradient_checkpointing stops the
     Trainer ('can't be set to True simultaneously', transformers trainer.py create_accelerator_and_postprocess), so
-    tune must not add the switch there: checkpointing is kept as the command has it, with a warning."""
-    (home / "fsdp.json").write_text('{"fsdp_activation_checkpointing": true}')
+    tune never adds the switch there; it searches the config's own key instead (H195, tune/fsdp_config_apply.py): off
+    is a copy of the config with the key false, which --apply writes beside it (the user's file untouched), and
+    predict prices the applied command as tune listed it."""
+    text = '{"fsdp_activation_checkpointing": true, "transformer_layer_cls_to_wrap": "LlamaDecoderLayer"}'
+    (home / "fsdp.json").write_text(text)
     command = [*TRAINER_FSDP[:-1], "--fsdp_config", "fsdp.json"]
-    data, err = _trainer_tune(home, capsys, ["--top", "3"], command)
-    # "full" since H188: predict prices FSDP's own checkpointing (it priced none before)
-    assert "recompute" not in data["knobs"]["searched"] and data["knobs"]["kept"]["recompute"] == "full", data["knobs"]
-    assert "--fsdp_config fsdp.json turns on FSDP's activation_checkpointing" in err, err
+    data, err = _trainer_tune(home, capsys, ["--top", "3", "--apply", "--dry-run"], command)
+    assert set(data["knobs"]["searched"]["recompute"]) == {"none", "full"}, data["knobs"]
     assert all(not any(c["key"].startswith("--gradient") and "checkpointing" in c["key"] for c in row["changes"])
                for row in data["top"]), data["top"]
+    best, applied = data["top"][0], data["applied"]["argv"]
+    assert best["recompute"] == "none" and data["baseline"]["recompute"] == "full", (best, data["baseline"])
+    assert applied[applied.index("--fsdp_config") + 1] == "fsdp.llmperf-tuned.json", applied
+    assert not any("gradient_checkpointing" in w for w in applied), applied
+    assert (home / "fsdp.json").read_text() == text
+    assert json.loads((home / "fsdp.llmperf-tuned.json").read_text())["fsdp_activation_checkpointing"] is False
+    code, out, err = run_cli(["predict", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--",
+                              *applied], capsys)
+    assert code == 0 and json.loads(out)["config"]["recompute"] == "none", err
+    assert json.loads(out)["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-5)
+    inline = [*TRAINER_FSDP[:-1], "--fsdp_config", text]  # a JSON object in argv: rewritten in its place
+    data, err = _trainer_tune(home, capsys, ["--top", "1", "--apply", "--dry-run"], inline)
+    applied = data["applied"]["argv"]
+    assert json.loads(applied[applied.index("--fsdp_config") + 1])["fsdp_activation_checkpointing"] is False, applied
+    assert not data["applied"]["new_files"]
 
 
 def test_own_argparse_script_without_the_switch_is_never_given_it(home: Path, capsys) -> None:
