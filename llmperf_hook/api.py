@@ -164,9 +164,9 @@ def assumed_cluster(cluster: str | ClusterSpec | None, hardware: str | None
     if elsewhere:
         import socket
 
-        note += (f" {', '.join(str(p) for p in elsewhere)} describe{'s' if len(elsewhere) == 1 else ''} {hardware} as "
-                 f"other hosts measured it (`llmperf profile --comm`), not this one ({socket.gethostname()}): pass "
-                 f"--cluster {elsewhere[0].stem} if this host is one of its nodes.")
+        note += (f" {', '.join(str(p) for p in elsewhere)} describe{'s' if len(elsewhere) == 1 else ''} {hardware}'s "
+                 f"network as `llmperf profile --comm` measured it on other hosts, not on this one "
+                 f"({socket.gethostname()}): pass --cluster {elsewhere[0].stem} if this host is one of its nodes.")
     return load_cluster(DEFAULT_CLUSTER, hardware), (note,), False
 
 

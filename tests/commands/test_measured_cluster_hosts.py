@@ -48,7 +48,8 @@ def test_another_hosts_network_is_not_assumed_here(tmp_path, monkeypatch) -> Non
     _home(tmp_path, monkeypatch, {"host-a": {"gpu": "my-cpu", "measured_on": {"device": CPU, "hosts": ["host-a"]}}})
     spec, notes = resolve_cluster(None, "my-cpu")
     assert spec.name == DEFAULT_CLUSTER and f"assuming {DEFAULT_CLUSTER}" in notes[0]
-    assert f"{tmp_path / 'clusters' / 'host-a.yaml'} describes my-cpu as other hosts measured it" in notes[0]
+    assert f"{tmp_path / 'clusters' / 'host-a.yaml'} describes my-cpu's network as `llmperf profile --comm` measured it " \
+           "on other hosts" in notes[0]
     assert "pass --cluster host-a if this host is one of its nodes" in notes[0]
 
 
