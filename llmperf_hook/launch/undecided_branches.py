@@ -92,8 +92,11 @@ def end_branch(conditions: Conditions, reading: Any, text: str) -> None:
 
 
 _NEXT_BRANCH = re.compile(r"\s*(elif|else|fi)(?![\w=+-])")
-_STATE = ("env", "undecidable", "arrays", "assoc", "unknown_heads")
-"""What of the script's state a branch starts from (batch_script._Reading's variables)."""
+_STATE = ("env", "undecidable", "arrays", "assoc", "unknown_heads", "cwd", "exported", "positional", "functions")
+"""What of the script's state a branch starts from (batch_script._Reading's variables, the directory, the export
+attributes, the arguments and the functions: `then cd out; shift; f() { ...; }` is not seen by the `else`)."""
+_SHELL = {"cwd": "`cd`", "positional": "`shift` / `set --`", "functions": "the functions it defines"}
+"""The state an undecided `if`'s ways may leave apart that the reading keeps one value of (the way read first's)."""
 
 
 def _state(reading: Any) -> dict[str, Any]:
@@ -106,7 +109,8 @@ def _copied(state: dict[str, Any]) -> dict[str, Any]:
     return {"env": dict(state["env"]), "undecidable": set(state["undecidable"]),
             "arrays": {name: list(value) for name, value in state["arrays"].items()},
             "assoc": {name: dict(value) for name, value in state["assoc"].items()},
-            "unknown_heads": set(state["unknown_heads"])}
+            "unknown_heads": set(state["unknown_heads"]), "cwd": state["cwd"], "exported": set(state["exported"]),
+            "positional": dict(state["positional"]), "functions": dict(state["functions"])}
 
 
 def settle_branches(conditions: Conditions, reading: Any) -> set[str]:
@@ -117,6 +121,7 @@ def settle_branches(conditions: Conditions, reading: Any) -> set[str]:
     closed, conditions.closed = conditions.closed, []
     settled: set[str] = set()
     for frame in closed:
+        _merge_shell(frame, reading)
         settled |= _merge_arrays(frame, reading) | set(frame.assigned)
         for name, by_branch in frame.assigned.items():
             _settle(reading, name, _ways_through(frame, name, by_branch), _is_array(frame, name))
@@ -144,6 +149,22 @@ def _settle(reading: Any, name: str, branches: Branches, array: bool) -> None:
     if len(branches) > 1:
         reading.branch_values[name] = branches
         reading.unknown_at[name] = f"{_branch_sets(name, branches)}, {BRANCHES}"
+
+
+def _merge_shell(frame: Any, reading: Any) -> None:
+    """The directory, arguments and functions after the `fi` of an undecided `if`: what every way past it leaves
+    alike; where the ways leave them apart, the way read first's, with a warning (as for flag-only branch values,
+    launch_words). A name any way exports stays exported (the reading's rule before branches were kept apart)."""
+    ways = [*frame.ends, *([] if frame.has_else or frame.start is None else [frame.start])]
+    if frame.start is None or not ways or not (frame.ends or frame.exits):
+        return  # no way goes on past the `fi`, or no branch read undecided
+    for name, what in _SHELL.items():
+        if any(way[name] != ways[0][name] for way in ways):
+            reading.notes.append(f"the branches of an `if` llmperf cannot decide leave {what} apart; read as the "
+                                 f"branch read first leaves them (bash runs one branch: if the job takes another, "
+                                 "give its launch line after `--`).")
+        setattr(reading, name, ways[0][name])
+    reading.exported |= set().union(*(way["exported"] for way in ways))
 
 
 def _is_array(frame: Any, name: str) -> bool:

@@ -161,3 +161,52 @@ def test_nounset_after_an_undecided_break_of_its_loop_is_not_refused(body: str, 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.sh").write_text(f"#!/bin/bash\nset -u\n{body}\n{T}\n")
     assert parse_launch(["bash", "train.sh"], {}).nproc_per_node == 2
+
+
+
+SUB = "mkdir -p sub\necho NP=8 > sub/env.sh\necho NP=2 > env.sh\n"
+EACH_BRANCH = {  # bash manual 3.2.5.2: an `elif` / `else` runs only where the branches before it did not; NP is then
+    # set apart by the branches, so llmperf refuses, naming each branch's value: the one bash gives, never the other
+    "else_reads_the_directory_before_the_if": (f"{SUB}if {NO_CFG}; then cd sub; else . ./env.sh; fi\n", "2", "8"),
+    "else_reads_the_arguments_before_the_shift": (f"if {NO_CFG}; then shift; else NP=$1; fi\n", "4", "8"),
+    "elif_reads_the_arguments_before_the_shift": (f"if {NO_CFG}; then shift\nelif [ -n \"$1\" ]; then NP=$1\nfi\n",
+                                                  "4", "8"),
+    "else_does_not_see_the_function_then_defines": (f"f() {{ NP=4; }}\nif {NO_CFG}; then f() {{ NP=8; }}; else f; fi\n",
+                                                    "4", "8"),
+}
+
+
+@pytest.mark.parametrize("name", EACH_BRANCH)
+def test_each_branch_starts_from_the_shell_before_the_if(name: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cd`, `shift` and a function definition in an undecided branch are not seen by the next branch (they were: the
+    `else` sourced sub/env.sh, read the shifted $1, called the `then`'s function): bash (run here, cfg missing)
+    launches with the value the `else` gives."""
+    text, value, never = EACH_BRANCH[name]
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\n{text}torchrun --nproc_per_node $NP pretrain_gpt.py\n")
+    real = _run(shutil.which("bash") or "bash", script, ["4", "8"], tmp_path)
+    assert real is not None and real[2] == value
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        parse_launch(["bash", str(script), "4", "8"], {})
+    assert f"NP='{value}'" in str(refused.value) and f"NP='{never}'" not in str(refused.value)
+
+
+@pytest.mark.parametrize("text", [f"if {NO_CFG}; then cd sub; else cd sub; fi\n. ./env.sh\n",
+                                  f"if {NO_CFG}; then shift; else shift; fi\nNP=$1\n"])
+def test_ways_that_agree_go_on_as_bash(text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_as_bash(f"NP=4\n{SUB}{text}torchrun --nproc_per_node $NP pretrain_gpt.py\n", ["4", "8"], tmp_path,
+                  monkeypatch)
+
+
+def test_ways_that_leave_the_directory_apart_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the `fi` the reading goes on from the branch read first, and says so."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "env.sh").write_text("NP=8\n")
+    (tmp_path / "env.sh").write_text("NP=2\n")
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nif {NO_CFG}; then cd sub; fi\n. ./env.sh\n"
+                                       "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
+    job = parse_launch(["bash", "train.sh"], {})
+    assert job.nproc_per_node == 8 and any("leave `cd` apart" in warning for warning in job.warnings)
