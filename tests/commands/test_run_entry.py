@@ -14,6 +14,8 @@ import pytest
 from llmperf_hook.commands.run_entry import entry_problem
 
 PY = sys.executable
+ENV = {**os.environ, "PATH": f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+"""This interpreter's torchrun and deepspeed first on PATH, as in an activated environment."""
 MEGATRON = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
             "--max-position-embeddings", "64", "--micro-batch-size", "1", "--global-batch-size", "2", "--vocab-size", "128"]
 
@@ -48,10 +50,11 @@ def work(tmp_path: Path) -> Path:
     (["OMP_NUM_THREADS=1", "deepspeed", "--num_gpus", "1", "sub/nosuch.py"], "can't open file '{cwd}/sub/nosuch.py'"),
     ([PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "nosuch.py"], "can't open file '{cwd}/nosuch.py'"),
     (["torchrun", "--no-python", "no-such-program-xyz"], "no such program 'no-such-program-xyz' on PATH"),
+    (["deepspeed", "--num_gpus", "1", "--module", "nosuch"], "No module named nosuch"),  # its #! python is this one
     (["deepspeed", "--num_gpus", "1", "--no_python", "./train.py"], "'{cwd}/train.py' is not executable"),
 ])
 def test_what_python_cannot_open_is_said_in_its_words(work: Path, argv: list[str], says: str) -> None:
-    problem = entry_problem(argv, dict(os.environ), work)
+    problem = entry_problem(argv, ENV, work)
     assert says.format(cwd=work) in problem and "Nothing was predicted or started" in problem, problem
 
 
@@ -65,7 +68,7 @@ def test_what_python_cannot_open_is_said_in_its_words(work: Path, argv: list[str
     ["/nonexistent/python3", "-m", "nosuch"],  # another interpreter: its modules are unknown here
 ])
 def test_what_python_can_open_or_llmperf_cannot_know_is_not_refused(work: Path, argv: list[str]) -> None:
-    assert entry_problem(argv, dict(os.environ), work) == ""
+    assert entry_problem(argv, ENV, work) == ""
 
 
 def llmperf(*args: str, cwd: Path) -> subprocess.CompletedProcess:
