@@ -369,7 +369,9 @@ class OptimizerConfig:
     torch_adam). "" = the framework's own fused Adam (Megatron's apex / TE FusedAdam, DeepSpeed's FusedAdam), also
     assumed when the optimizer is not recognised (graph/step_ops.adam_bytes_per_param). "sgd": torch.optim.SGD without
     momentum (the Hugging Face Trainer's --optim sgd); "adam_8bit": bitsandbytes' 8-bit AdamW (--optim adamw_bnb_8bit,
-    adamw_8bit, paged_adamw_8bit)."""
+    adamw_8bit, paged_adamw_8bit). A script's call is read for the rest (frameworks/torch_step_impl.py):
+    "foreach_amsgrad", "fused_amsgrad", "sgd_momentum", "sgd_nesterov", "sgd_fused", "sgd_momentum_fused"
+    (graph/step_ops.py TORCH_STEP_ACCESSES)."""
     torch_weight_decay: str = "decoupled"
     """How the torch.optim Adam step (torch_optimizer_impl "foreach") applies weight decay, a pass of its own
     (torch/optim/adam.py _multi_tensor_adam, torch 2.x, where AdamW is Adam(decoupled_weight_decay=True)):
