@@ -248,13 +248,18 @@ def _branch_sets(name: str, values: Branches) -> str:
                        f"{at} (to what only running it gives)" for value, at in values)
 
 
+_READ_NAME = re.compile(r"\$\{?(\w+)")
+"""A name a word reads (`$NAME`, `${NAME...`)."""
+
+
 def launch_words(words: list[str], unknown_at: dict[str, str], undecidable: set[str],
                  branch_values: dict[str, Branches]) -> tuple[list[str], dict[str, str], tuple[str, ...]]:
     """The launch line's `words` with flag-only branch variables settled (_first_branch_flags); the variables only
     running the script gives that its words still read (name -> where, for a refusal to name); the warnings."""
     unknown = {name: at for name, at in unknown_at.items() if name in undecidable}
     words, warnings = _first_branch_flags(words, branch_values, unknown)
-    left = {name: at for name, at in unknown.items() if any(re.search(r"\$\{?" + name + r"\b", w) for w in words)}
+    read = set(_READ_NAME.findall("\n".join(words))) if unknown else set()  # one scan, not one a name and word
+    left = {name: at for name, at in unknown.items() if name in read}
     return words, left, warnings + _branch_warnings(left)
 
 
