@@ -121,9 +121,11 @@ def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str,
         values["unfused_kernels"] = ", ".join(name for field, name in FUSION_FIELDS.items() if not getattr(cfg, field))
     if "hidden_dropout" in cfg.sources:  # a user's script under Megatron's flags (frameworks/script_dropout.py)
         values.update(hidden_dropout=cfg.hidden_dropout, attention_dropout=cfg.attention_dropout)
+    if "gelu_approximate" in cfg.sources and not m.swiglu:  # the GELU a user's script runs (frameworks/script_gelu.py)
+        values["gelu_approximate"] = cfg.gelu_approximate
     out: dict[str, Any] = {k: values[k] for k in (*EXPLAIN_KEYS, *DEEPSEEK_KEYS, *MOE_DISPATCH_KEYS,
                                                   *DEEPSPEED_EXTRA_KEYS, "unfused_kernels", "cuda_device_max_connections",
-                                                  "hidden_dropout", "attention_dropout")
+                                                  "hidden_dropout", "attention_dropout", "gelu_approximate")
                            if k in values}
     if job is not None:
         out["script"] = job.script
