@@ -31,3 +31,22 @@ def test_the_design_an_earlier_profile_stored_is_unchanged() -> None:
 
 def test_classes_without_an_aligned_design_get_none() -> None:
     assert plan.aligned_specs(("layernorm", "gelu"), plan.CPU_RANGES) == []
+
+
+def test_adaptive_rounds_sample_only_the_classes_asked_for(monkeypatch) -> None:
+    """A top-up `--ops gelu_exact` of a stored profile spent its time left on every other class's adaptive shapes,
+    whose new samples then cost those dtypes their framework cost (profile_fit.framework_file_after_refit)."""
+    import time
+    from types import SimpleNamespace
+
+    from llmperf_hook.profile import sampler
+
+    seen: list[set] = []
+    stored = {("gemm", "fwd", "fp32"): object(), ("gelu_exact", "fwd", "fp32"): object()}
+    monkeypatch.setattr(sampler, "_samples_by_class", lambda *a, **k: dict(stored))
+    monkeypatch.setattr(sampler, "_done_keys", lambda *a, **k: set())
+    monkeypatch.setattr(sampler, "_adaptive_specs", lambda groups, *a, **k: seen.append(set(groups)) or [])
+    deadline = SimpleNamespace(now_s=lambda: time.perf_counter() + 60.0)
+    req = sampler.ProfileRequest(dtype="fp32", ops=("gelu_exact",))
+    assert sampler._adaptive_rounds(None, req, "x", None, "fp", deadline, None, ("gelu_exact",)) == 0
+    assert seen == [{("gelu_exact", "fwd", "fp32")}]
