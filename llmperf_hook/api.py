@@ -209,8 +209,9 @@ def _measured_files(hardware: str) -> tuple[list[Path], list[Path]]:
 
 
 def _cluster_docs(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """The mappings of the cluster YAML files in `folder`; an unreadable file is skipped here and reported when it is
-    named with --cluster."""
+    """The mappings of the cluster YAML files in `folder`; an unreadable file (not UTF-8 included) is skipped here and
+    reported when it is named with --cluster. libyaml's safe loader (hardware/load.py SAFE_LOADER): the pure-Python
+    one spent ~30 ms of every predict's process on the 11 shipped files, libyaml ~2 ms (H193)."""
     import yaml
 
     from llmperf_hook.hardware.load import SAFE_LOADER
@@ -219,7 +220,7 @@ def _cluster_docs(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     for path in folder.glob("*.y*ml"):
         try:
             doc = yaml.load(path.read_text(), Loader=SAFE_LOADER)
-        except (OSError, yaml.YAMLError):
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if isinstance(doc, dict):
             docs.append((path, doc))
@@ -258,22 +259,8 @@ def profile_device(hardware: str) -> str | None:
 
 
 def _cluster_files_of(folder: Path, hardware: str) -> list[Path]:
-    """Cluster YAML files in `folder` whose `gpu:` is `hardware` (case-insensitive); an unreadable file is skipped
-    here and reported when it is named with --cluster. libyaml's safe loader (hardware/load.py SAFE_LOADER): the
-    pure-Python one spent ~30 ms of every predict's process on the 11 shipped files, libyaml ~2 ms."""
-    import yaml
-
-    from llmperf_hook.hardware.load import SAFE_LOADER
-
-    found = []
-    for path in folder.glob("*.y*ml"):
-        try:
-            doc = yaml.load(path.read_text(), Loader=SAFE_LOADER)
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(doc, dict) and str(doc.get("gpu", "")).lower() == hardware.lower():
-            found.append(path)
-    return found
+    """Cluster YAML files in `folder` whose `gpu:` is `hardware` (case-insensitive)."""
+    return [path for path, doc in _cluster_docs(folder) if str(doc.get("gpu", "")).lower() == hardware.lower()]
 
 
 def _preset_name(name: str) -> str:
