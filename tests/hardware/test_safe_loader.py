@@ -46,3 +46,13 @@ def test_a_cluster_file_that_is_not_utf8_is_skipped_by_the_scan(tmp_path, monkey
     (tmp_path / "clusters" / "latin1.yaml").write_bytes("name: caf\xe9\ngpu: my-gpu\n".encode("latin-1"))
     (tmp_path / "clusters" / "mine.yaml").write_text("name: mine\ngpu: my-gpu\n")
     assert api.measured_clusters("my-gpu") == [tmp_path / "clusters" / "mine.yaml"]
+
+
+def test_a_cluster_file_named_that_is_not_utf8_is_a_usage_error(tmp_path) -> None:
+    from llmperf_hook.errors import UsageError
+    from llmperf_hook.hardware.load import load_cluster
+
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(UsageError, match="cannot read .*latin1.yaml.*utf-8"):
+        load_cluster(str(path))
