@@ -155,7 +155,7 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
 def _parse_yaml_file(path: str, mtime_ns: int) -> dict[str, Any]:
     try:
         raw = yaml.load(Path(path).read_text(), Loader=SAFE_LOADER)
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise UsageError(f"cannot read {path}: {err}. Fix the file or point at another one.") from err
     if not isinstance(raw, dict):
         raise UsageError(f"{path} must hold a YAML mapping of keys to values, found {type(raw).__name__}.")
