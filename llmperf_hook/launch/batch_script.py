@@ -334,8 +334,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                                    settled)
 
     def forget_removed(self, removed: set[str], text: str) -> None:
-        """Note what `unset` just removed surely (not `[ -f x ] && unset X`, nor in a branch: set -u refuses only
-        there), and drop each removed name the command may set in a way the reading does not follow (`read X`)."""
+        """Keep in removed_surely what `unset` just removed where it surely ran (set -u refuses only those: not after
+        `[ -f x ] && unset X` or in an undecided branch), and drop each removed name the command may set in a way the
+        reading does not follow (`read X`)."""
         fresh = self.removed - removed
         (self.removed_surely.update if self.conditions.surely else self.removed_surely.difference_update)(fresh)
         if self.removed:

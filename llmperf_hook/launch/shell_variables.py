@@ -174,8 +174,10 @@ class ShellVariables:
     def without_unset(self, word: str) -> str:
         """A launch word with each plain `$NAME` / `${NAME}` of a surely unset name gone (`"$X"` is an empty word,
         `${X}c` is `c`): the word as bash expands it; other references stay for the launch's own expansion."""
-        gone = self.surely_unset() if self.removed and "$" in word else ()
-        return _NAME_REF.sub(lambda m: "" if (m.group(1) or m.group(2)) in gone else m.group(0), word) if gone else word
+        gone = self.surely_unset() if self.removed and "$" in word else set()
+        if not gone:
+            return word
+        return _NAME_REF.sub(lambda m: "" if (m.group(1) or m.group(2)) in gone else m.group(0), word)
 
     def expand(self, text: str, record: bool = True, assign: bool = True) -> str:
         """`text` with the script's arguments and variables expanded; each variable read is recorded in `used`

@@ -125,7 +125,10 @@ def test_a_backquote_glued_to_more_of_the_word_is_left_as_written() -> None:
 
 
 NOUNSET = {  # `set -u` (bash manual 4.3.1), an indexed array's subscript evaluated as arithmetic (6.7), `break N` (4.1)
-    "loop_after_an_inner_loops_undecided_break": f"for i in 1; do for j in 1; do {NO_CFG} && break; done; echo $X; done",
+    "loop_after_an_inner_loops_undecided_break": f"while true; do\n  for j in 1; do\n    {NO_CFG} && break\n  done\n"
+                                                 "  echo $X\n  break\ndone",
+    "one_line_loop_after_an_inner_loops_undecided_break": f"for i in 1; do for j in 1; do {NO_CFG} && break; done;"
+                                                          " echo $X; done",
     "subscript_sum": "A=(a b)\ni=1\necho ${A[i+1]}",
     "subscript_sum_in_range": "A=(a b)\ni=0\necho ${A[i+1]}",
     "subscript_dollar_sum": "A=(a b)\ni=1\necho ${A[$i+1]}",
