@@ -160,6 +160,11 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another tree: compare the GPT-3 process's CPU with it only")
     parser.add_argument("--runs", type=int, default=15, help="runs of each tree with --against (default 15)")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs must be a whole number of at least 1, found {args.runs}")
+    if args.against is not None and not (args.against / "llmperf_hook" / "__init__.py").is_file():
+        parser.error(f"--against {args.against} holds no llmperf_hook package (its runs would import the installed "
+                     f"one): pass a checkout or `git archive COMMIT | tar -x -C DIR` of this repository")
     print(f"machine load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores: wall times of a shared "
           f"machine stretch with load; CPU seconds of the child do not")
     if args.against is not None:
