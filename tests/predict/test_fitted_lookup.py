@@ -82,3 +82,18 @@ def test_comm_model_predicts_every_collective_and_scales_with_bytes() -> None:
     t = comm.predict_s(ops, None)
     assert 0 < t[0] < t[1] and 0 < t[2] < t[3]
     assert t[2] > t[0]  # their inter-node NCCL ran at 0.7-2.5 GB/s: far slower than NVLink
+
+
+def test_a_shipped_preset_name_is_known_without_local_hardware() -> None:
+    """fitted._fingerprint_fits_preset finds the presets by configs/hardware/NAME.yaml (H193: local_hardware's
+    shipped_hardware_names cost predict its sampler imports): the same names, each refusing a CPU fingerprint and
+    taking its own GPU's; a user's own name is never held to a preset's chip."""
+    from llmperf_hook.predict.fitted import _fingerprint_fits_preset
+    from llmperf_hook.profile.local_hardware import shipped_hardware_names
+
+    cpu = {"device": "AMD EPYC 7B13", "clock": "cpu"}
+    for name in shipped_hardware_names():
+        gpu = {"device": f"NVIDIA {name.split('-')[0].upper()} 80GB HBM3", "clock": "cuda"}
+        assert not _fingerprint_fits_preset(name, cpu) and _fingerprint_fits_preset(name, gpu), name
+    for name in ("my-cpu", "h100-sxm5-80gb-copy", "h100-sxm5", ".."):
+        assert _fingerprint_fits_preset(name, cpu), name
