@@ -445,12 +445,18 @@ class ShellVariables:
             (self.exported.discard if "n" in options else self.exported.add)(name)
 
     def unset(self, words: list[str]) -> None:
-        """`unset [-v] NAME ...`: the variable, its value and its export attribute gone (bash manual 4.1; -f unsets
-        functions, -n a nameref: neither is a variable's value)."""
+        """`unset [-v] NAME ...`: the variable, its value and its export attribute gone (bash manual 4.1; -n unsets a
+        nameref, no variable's value). `-f`, or no option for a name that is no variable, unsets the function of that
+        name (4.1: 'if there is no variable by that name, a function with that name, if any, is unset')."""
         options = "".join(word[1:] for word in words[1:] if word.startswith("-"))
-        if "f" in options or "n" in options:
+        functions = getattr(self, "functions", {})  # batch_script._Reading's (BlockReading)
+        if "n" in options:
             return
         for name in (word for word in words[1:] if not word.startswith("-")):
+            if "f" in options or not ("v" in options or self.is_variable(name)):
+                functions.pop(name, None)
+                if "f" in options:
+                    continue
             element = _UNSET_ELEMENT.fullmatch(name)
             if element is not None:
                 self.unset_element(*element.groups())
@@ -462,6 +468,10 @@ class ShellVariables:
             self.exported.discard(name)
             self.undecidable.discard(name)
             self.removed.add(name)
+
+    def is_variable(self, name: str) -> bool:
+        """Whether `name` is a variable here (a value, one only running gives, an array)."""
+        return name in self.env or name in self.undecidable or name in self.arrays or name in self.assoc
 
     def unset_element(self, name: str, subscript: str) -> None:
         """`unset 'NAME[SUBSCRIPT]'`: that element gone (bash manual 6.7). An associative array's literal key, or an
