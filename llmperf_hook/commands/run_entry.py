@@ -20,9 +20,12 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from llmperf_hook.errors import LlmperfError, UsageError
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
 CHECKED_LAUNCHERS = frozenset({"python", "torchrun", "torch.distributed.launch", "deepspeed"})
 
@@ -170,18 +173,29 @@ def _module_problem(entry: Entry, cwd: Path) -> str:
     from importlib.machinery import PathFinder
     from importlib.util import find_spec
 
-    # `python -m`: the working directory first, then PYTHONPATH (its relative entries are the job's directory's)
-    path = [str(cwd), *(str(cwd / p) for p in entry.env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    parts = entry.target.split(".")
+    # `python -m`: the working directory first, then PYTHONPATH (its relative entries are the job's directory's), then
+    # this interpreter's path, searched as one: a plain folder (a namespace portion) in the job's directory does not
+    # hide a regular package further on (importlib _bootstrap_external PathFinder._get_spec). find_spec adds the
+    # meta-path finders (editable installs); the module is refused only when neither way finds it.
+    path = [str(cwd), *(str(cwd / p) for p in entry.env.get("PYTHONPATH", "").split(os.pathsep) if p), *sys.path]
+    top = entry.target.split(".")[0]
     try:
-        spec = PathFinder.find_spec(parts[0], path) or find_spec(parts[0])
+        said = [_walk_module(spec, entry.target) for spec in (PathFinder.find_spec(top, path), find_spec(top))]
     except (ImportError, ValueError):
         return ""
+    return "" if "" in said else said[0]
+
+
+def _walk_module(spec: ModuleSpec | None, target: str) -> str:
+    """CPython's message for `target` (then its __main__) from the top package's spec, "" when every step is found."""
+    from importlib.machinery import PathFinder
+
+    parts = target.split(".")
     for depth, part in enumerate([*parts[1:], "__main__"], start=1):
         if spec is None:
             missing = ".".join(parts[:depth])
             return (f"No module named {missing}" if depth > 1 or len(parts) == 1 else
-                    f"Error while finding module specification for '{entry.target}' (ModuleNotFoundError: No module "
+                    f"Error while finding module specification for '{target}' (ModuleNotFoundError: No module "
                     f"named '{missing}')")
         locations = spec.submodule_search_locations
         if locations is None:
@@ -191,8 +205,7 @@ def _module_problem(entry: Entry, cwd: Path) -> str:
             return ""
         spec = PathFinder.find_spec(f"{'.'.join(parts[:depth])}.{part}", list(locations))
     if spec is None:
-        return (f"No module named {entry.target}.__main__; '{entry.target}' is a package and cannot be directly "
-                "executed")
+        return f"No module named {target}.__main__; '{target}' is a package and cannot be directly executed"
     return ""
 
 

@@ -93,3 +93,14 @@ def test_a_run_dir_where_no_folder_can_be_made_is_refused_before_the_prediction(
     out = llmperf("run", "--instrument", "1", "--run-dir", "/proc/x", "--", PY, "train.py", *MEGATRON, cwd=tmp_path)
     assert out.returncode == 2 and "--run-dir '/proc/x'" in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert "step time" not in out.stderr.lower() and not list(Path("/proc").glob(".llmperf-probe-*"))
+
+
+@pytest.mark.parametrize("folder, module", [("json", "json.tool"), ("pytest", "pytest")])
+def test_a_plain_folder_named_like_an_installed_package_does_not_hide_it(work: Path, folder: str, module: str) -> None:
+    """A folder without __init__.py in the job's directory (data, logs, a checkout) is only a namespace portion:
+    python's path finder takes the regular package later on sys.path (importlib _bootstrap_external
+    PathFinder._get_spec), and so must the check (it searched the job's directory alone first: a false refusal)."""
+    (work / folder).mkdir()
+    ran = subprocess.run([PY, "-m", module, "--help"], cwd=work, env=ENV, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr  # python itself runs it from there
+    assert entry_problem([PY, "-m", module, "--help"], ENV, work) == ""
