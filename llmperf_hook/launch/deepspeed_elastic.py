@@ -21,8 +21,8 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
 from llmperf_hook.launch.sizing import Sized
 
-VERSION_NOTE = ("deepspeed --elastic_training: an option of DeepSpeed's launcher to 0.19.6 (0.19.8's runner.py has none "
-                "and stops with 'unrecognized arguments')")
+VERSION_NOTE = ("deepspeed --elastic_training: an option of DeepSpeed's launcher to 0.19.6 (0.19.8's runner.py has "
+                "none and stops with 'unrecognized arguments')")
 
 
 def elastic_node_range(values: Mapping[str, str], nnodes: Sized, warnings: list[str]) -> Sized:
@@ -36,8 +36,8 @@ def elastic_node_range(values: Mapping[str, str], nnodes: Sized, warnings: list[
                          "when elastic training is enabled'): give --master_addr HOST, the node that hosts the "
                          "rendezvous.")
     if "no_local_rank" in values:
-        raise UsageError("deepspeed --elastic_training with --no_local_rank: runner.py asserts '--no_local_rank argument "
-                         "is not supported in Elastic training'. Drop --no_local_rank.")
+        raise UsageError("deepspeed --elastic_training with --no_local_rank: runner.py asserts '--no_local_rank "
+                         "argument is not supported in Elastic training'. Drop --no_local_rank.")
     hosts = nnodes.value
     least = _bound(values, "min_elastic_nodes", 1)
     most = _bound(values, "max_elastic_nodes", hosts)

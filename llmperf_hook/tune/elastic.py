@@ -44,8 +44,8 @@ from llmperf_hook.schedule.memory_rule import fits_gpu
 from llmperf_hook.tune.candidate import candidate_of
 from llmperf_hook.tune.candidate_rules import rule_masks
 from llmperf_hook.tune.candidates import candidates_from_list
-from llmperf_hook.tune.command_rules import (DECREASE_FLAG, EVAL_BATCH_RULE, RAMPUP_RULE, ROUNDED_TO_NOTHING_RULE, Masks,
-                                             MaskFn, command_rule_masks)
+from llmperf_hook.tune.command_rules import (DECREASE_FLAG, EVAL_BATCH_RULE, RAMPUP_RULE, ROUNDED_TO_NOTHING_RULE,
+                                             Masks, MaskFn, command_rule_masks)
 
 
 def elastic_note(job: ParsedJob) -> str | None:

@@ -145,11 +145,11 @@ class TuneResult:
     """When not even one layer per chunk fits (layers_that_fit 0): the longest sequence with which this model, all its
     layers, would fit with `nearest`'s layout (None: none does, e.g. its weights alone are over)."""
     num_over_margin: int = 0
-    """The user's own configuration (0 or 1) where predict's verdict says it fits (fits or fits, tight) but its must-fit bytes are
-    is over tune's margin: counted here, not as out of memory (tune/infeasible.over_margin_only)."""
+    """The user's own configuration (0 or 1) where predict's verdict says it fits (fits or fits, tight) but its
+    must-fit bytes are over tune's margin: counted here, not as out of memory (tune/infeasible.over_margin_only)."""
     over_at_minimum: tuple[OverAtMinimum, ...] = ()
-    """Of num_oom_predicted: an elastic launch's layouts whose must-fit bytes at the range's minimum, by the memory model, are over
-    the usable memory (tune/elastic.py), in the order visited."""
+    """Of num_oom_predicted: an elastic launch's layouts whose must-fit bytes at the range's minimum, by the memory
+    model, are over the usable memory (tune/elastic.py), in the order visited."""
     elastic_counts_starting_nothing: tuple[str, ...] = ()
     """The smaller node counts of an elastic range at which no candidate can start ('3 nodes, 24 GPUs')."""
 
@@ -426,7 +426,8 @@ def _nearest_fit(job: _Job, valid: CandidateTable, est_need: np.ndarray,
     some fit the GPU but not the host RAM, the one of those that pins the least host memory: it is the host that
     rules them out."""
     idx = set(np.argsort(est_need, kind="stable")[:16].tolist())
-    idx |= set(np.flatnonzero(~np.isnan(prog.full_need))[np.argsort(prog.full_need[~np.isnan(prog.full_need)])][:4].tolist())
+    known = np.flatnonzero(~np.isnan(prog.full_need))
+    idx |= set(known[np.argsort(prog.full_need[known])][:4].tolist())
     pool = []
     for i in sorted(idx):
         cand = valid.candidate(int(i))

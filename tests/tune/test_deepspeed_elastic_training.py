@@ -32,9 +32,10 @@ def test_the_range_runs_from_min_elastic_nodes_to_the_nodes_launched(home: Path)
     job = api.resolve_command([*DS, "--min_elastic_nodes", "2", *SCRIPT], {}, cluster="dgx-h100", overrides=LLAMA)[0]
     assert (job.elastic_min_nnodes, job.nnodes, job.world_size) == (2, 4, 32)
     assert any("0.19.8's runner.py has none" in w for w in job.warnings)
-    unset = api.resolve_command([*DS, *SCRIPT], {}, cluster="dgx-h100", overrides=LLAMA)[0]  # launch.py: an unset minimum is 1
+    unset = api.resolve_command([*DS, *SCRIPT], {}, cluster="dgx-h100", overrides=LLAMA)[0]  # launch.py: unset is 1
     assert unset.elastic_min_nnodes == 1
-    fixed = api.resolve_command(["deepspeed", "--hostfile", "hosts", *SCRIPT], {}, cluster="dgx-h100", overrides=LLAMA)[0]
+    fixed = api.resolve_command(["deepspeed", "--hostfile", "hosts", *SCRIPT], {}, cluster="dgx-h100",
+                                overrides=LLAMA)[0]
     assert fixed.elastic_min_nnodes is None
 
 
@@ -49,7 +50,8 @@ def test_what_the_launcher_refuses_exits_2(home: Path, capsys, extra: list[str],
                            capsys)
     assert code == 2 and said in err, err
     no_addr = [w for w in DS if w not in ("--master_addr", "node0")]
-    code, _, err = run_cli(["predict", "--cluster", "dgx-h100", "--model", "llama2-7b", "--", *no_addr, *SCRIPT], capsys)
+    code, _, err = run_cli(["predict", "--cluster", "dgx-h100", "--model", "llama2-7b", "--", *no_addr, *SCRIPT],
+                           capsys)
     assert code == 2 and "'Master Addr is required when elastic training is enabled'" in err, err
 
 
@@ -65,5 +67,5 @@ def test_tune_checks_every_count(home: Path, capsys) -> None:
                               *DS, *SCRIPT], capsys)  # 576 = 6 x 96: every count splits it
     assert code == 0, err
     data = json.loads(out)
-    assert data["top"] and data["elastic"].startswith(
-        "deepspeed --elastic_training --min_elastic_nodes 1 (up to its 4 nodes) starts at 1 to 4 nodes"), data["elastic"]
+    words = "deepspeed --elastic_training --min_elastic_nodes 1 (up to its 4 nodes) starts at 1 to 4 nodes"
+    assert data["top"] and data["elastic"].startswith(words), data["elastic"]

@@ -30,7 +30,8 @@ def test_an_eval_batch_micro_x_dp_does_not_divide_is_refused() -> None:
     # 16 GPUs: TP 1 -> DP 16 (24 % 16 != 0), TP 2 -> DP 8 (24 % 8 == 0); eval micro-batch 2 x DP 8 = 16 does not
     masks = _masks(["--eval-global-batch-size", "24"], [{"tp": 1}, {"tp": 2}, {"tp": 2, "micro_batch_size": 2}])
     assert masks[EVAL_BATCH_RULE].tolist() == [True, False, True]
-    masks = _masks(["--eval-global-batch-size", "24", "--eval-micro-batch-size", "1"], [{"tp": 2, "micro_batch_size": 2}])
+    masks = _masks(["--eval-global-batch-size", "24", "--eval-micro-batch-size", "1"],
+                   [{"tp": 2, "micro_batch_size": 2}])
     assert masks[EVAL_BATCH_RULE].tolist() == [False]  # the eval micro-batch is its own
 
 
@@ -40,6 +41,7 @@ def test_without_eval_flags_or_the_decrease_flag_no_rule_is_added() -> None:
 
 def test_the_decrease_flag_needs_one_micro_batch_and_an_eval_batch_that_divides() -> None:
     # global batch 64: TP 1 mbs 8 -> 8 x 16 = 128 > 64 rounds to 0 micro-batches; the eval batch (64) does not divide
-    masks = _masks(["--decrease-batch-size-if-needed"], [{"tp": 1, "micro_batch_size": 8}, {"tp": 1, "micro_batch_size": 4}, {"tp": 1}])
+    masks = _masks(["--decrease-batch-size-if-needed"],
+                   [{"tp": 1, "micro_batch_size": 8}, {"tp": 1, "micro_batch_size": 4}, {"tp": 1}])
     assert masks[ROUNDED_TO_NOTHING_RULE].tolist() == [True, False, False]
     assert masks[EVAL_BATCH_RULE].tolist() == [True, False, False]
