@@ -16,8 +16,8 @@ GPT (pre-LayerNorm, fused QKV, causal SDPA, GELU MLP, tied LM head, cross-entrop
 describes), gradients set to None before every backward as a training step does:
 1. per issued op unit (host_issue.KERNELS_PER_PHASE: 1 per forward op, 2 per backward op): two tiny models
    (hidden 32, sequence 16) of 1 and 9 layers; their forward+backward difference (the two steps timed in
-   interleaved pairs: paired_difference_s) minus the same difference's operators sampled alone in the same
-   reading (isolated_difference_s: the tiny ops lie below the profile's training ranges, so its prediction of
+   interleaved pairs: paired_difference_s) minus the same difference's operators sampled alone between those
+   pairs (IsolatedDifference, a round of every op after every few pairs: the tiny ops lie below the profile's training ranges, so its prediction of
    them was an extrapolation that moved with compute_scale), per unit of the difference (TINY_LAYERS: the
    isolated ops are ~1/2 of it in bf16, ~1/3 in fp32).
 2. (a) `compute_scale`: the compute ops of BIAS_SHAPES' graphs sampled alone with the operator sampler,
@@ -93,9 +93,10 @@ BIAS_SHAPES: tuple[Shape, ...] = ((1, 128, 128, 2), (2, 192, 128, 2), (1, 512, 6
 TINY_LAYERS: tuple[Shape, Shape] = ((1, 32, 16, 1), (9, 32, 16, 1))
 """Step 1's pair: same tiny shape, 8 layers apart (240 op units; their isolated ops are ~1/2 of the difference in bf16,
 ~1/3 in fp32)."""
-ISOLATED_REPS = 3
-"""Samples of each tiny op per reading (isolated_difference_s), the median kept: one 10-ms sample of each put the
-bf16 difference's isolated ops at 3.6-7.0 ms over twelve readings at load 9 (a sample that met a burst)."""
+ISOLATED_REPS = 5
+"""Samples of each tiny op per reading (IsolatedDifference rounds, between the pairs; 3 in a row until 28 Nov 2026), the
+median kept: one 10-ms sample of each put the bf16 difference's isolated ops at 3.6-7.0 ms over twelve readings at
+load 9 (a sample that met a burst)."""
 SCALE_BOUNDS = (0.5, 2.0)
 """compute_scale (isolated / profile-predicted seconds) beyond these bounds means a broken profile, not a bias."""
 VOCAB = 1024
@@ -158,23 +159,27 @@ def _median_s(fn, reps: int = REPS, clock: Callable[[], float] | None = None) ->
 
 
 def paired_difference_s(small_fn: Callable[[], None], large_fn: Callable[[], None], pairs: int,
-                        clock: Callable[[], float] | None = None) -> tuple[float, float]:
+                        clock: Callable[[], float] | None = None, between: Callable[[], object] | None = None,
+                        every: int = 0) -> tuple[float, float]:
     """(median seconds of `small_fn`, median over `pairs` of large - small timed back to back): the steps of a
     difference interleaved, so each pair sees the same state of the machine (the co-runner on the other core, its
     cache and memory traffic) and a shift between them cancels instead of landing in the difference. Timed as two
     blocks of medians (the method until session 18), the tiny pair's 8-layer difference spread 34 % (half-range /
-    median, 10 readings at load 7) against 12 % paired (/work/notes/h156.md)."""
+    median, 10 readings at load 7) against 12 % paired (/work/notes/h156.md). `between` (untimed) runs after every
+    `every` pairs: IsolatedDifference.sample_round, so the isolated ops see the states of the machine the pairs do."""
     clock = clock or cpu_clock()
     small_fn()  # warm-up pair
     large_fn()
     small, diffs = [], []
-    for _ in range(pairs):
+    for done in range(1, pairs + 1):
         t0 = clock()
         small_fn()
         t1 = clock()
         large_fn()
         small.append(t1 - t0)
         diffs.append(clock() - t1 - (t1 - t0))
+        if between is not None and every > 0 and done % every == 0:
+            between()
     return statistics.median(small), statistics.median(diffs)
 
 
@@ -295,15 +300,39 @@ def isolated_difference_s(dtype: str, hardware_name: str, small: Shape, large: S
     often as each graph issues it. The tiny pair's ops lie below every regressor's training range (hidden 32 and 16
     tokens against gemm k >= 64 and m >= 72, attention s >= 64, elementwise >= 4 k elements: profile.json
     train_ranges), so the profile's prediction of them is an extrapolation (bf16: 5.2 ms of a measured 7.5 ms step
-    difference, against 3.5 ms sampled)."""
-    from llmperf_hook.predict.dispatch import op_id
+    difference, against 3.5 ms sampled). A reading samples them between its pairs instead (IsolatedDifference)."""
+    isolated = IsolatedDifference(dtype, hardware_name, small, large)
+    for _ in range(ISOLATED_REPS):
+        isolated.sample_round()
+    return isolated.seconds()
 
-    counts: dict[str, list] = {}  # op id: [op, issued in large - issued in small]
-    for sign, shape in ((-1, small), (1, large)):
-        for op, n, _ in _predicted_ops(shape, dtype, hardware_name)[0]:
-            counts.setdefault(op_id(op), [op, 0])[1] += sign * n
-    return sum(n * statistics.median(_isolated_s(op, dtype) for _ in range(ISOLATED_REPS))
-               for op, n in counts.values() if n)
+
+class IsolatedDifference:
+    """isolated_difference_s a round at a time: each round samples every distinct op of the difference once, and
+    seconds() counts each op's median over the rounds. A reading runs one round after every TINY_PAIRS //
+    ISOLATED_REPS of its tiny pairs (paired_difference_s's `between`): the per-unit term is (pairs' difference -
+    these ops) / units, with the ops ~45 % of the difference in fp32, so ops sampled in one burst of ~0.1 s beside
+    pairs spread over ~0.4 s moved it by the machine's change between the two moments, amplified ~2x. Alternating
+    readings at load 8-14 (28 Nov, /work/notes/h191.md): per unit half-range / median 59 % sampled after the pairs,
+    21 % between them."""
+
+    def __init__(self, dtype: str, hardware_name: str, small: Shape, large: Shape) -> None:
+        from llmperf_hook.predict.dispatch import op_id
+
+        counts: dict[str, list] = {}  # op id: [op, issued in large - issued in small]
+        for sign, shape in ((-1, small), (1, large)):
+            for op, n, _ in _predicted_ops(shape, dtype, hardware_name)[0]:
+                counts.setdefault(op_id(op), [op, 0])[1] += sign * n
+        self.dtype = dtype
+        self.ops = [(op, n) for op, n in counts.values() if n]
+        self.samples: list[list[float]] = [[] for _ in self.ops]
+
+    def sample_round(self) -> None:
+        for (op, _), samples in zip(self.ops, self.samples):
+            samples.append(_isolated_s(op, self.dtype))
+
+    def seconds(self) -> float:
+        return sum(n * statistics.median(samples) for (_, n), samples in zip(self.ops, self.samples))
 
 
 def _isolated_s(op: Op, dtype: str) -> float:

@@ -126,14 +126,15 @@ class _InProcess:
             return cf._median_s(fn, self.plan.reps)
 
         in_time()
-        small_s, diff_s = cf.paired_difference_s(*self.tiny, TINY_PAIRS)
-        raw = {"tiny_s": [small_s, small_s + diff_s],
+        isolated = cf.IsolatedDifference(self.dtype, hardware_name, *cf.TINY_LAYERS)  # sampled between the pairs
+        small_s, diff_s = cf.paired_difference_s(*self.tiny, TINY_PAIRS, between=isolated.sample_round,
+                                                 every=TINY_PAIRS // cf.ISOLATED_REPS)
+        raw = {"tiny_s": [small_s, small_s + diff_s], "tiny_isolated_diff_s": isolated.seconds(),
                "fwd_bwd_s": [timed(f) for f in self.steps],
                "optimizer_s": [[timed(t), timed(f)] for t, f in self.optimizers]}
         in_time()
         raw["bias"] = cf.measure_profile_bias(self.dtype, hardware_name, self.plan.bias)
-        in_time()
-        raw["tiny_isolated_diff_s"] = cf.isolated_difference_s(self.dtype, hardware_name, *cf.TINY_LAYERS)
+        in_time()  # a reading whose box ended during the bias shapes is dropped
         # Diagnostic: > 1 when this process waited for a core (another program held it) during the reading.
         raw["wall_per_cpu"] = (time.perf_counter() - wall0_s) / max(time.process_time() - cpu0_s, 1e-9)
         return raw

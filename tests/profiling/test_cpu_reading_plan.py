@@ -98,11 +98,13 @@ def test_a_slow_dtype_is_read_on_the_light_plan_and_the_entry_says_how(monkeypat
 
 def test_the_in_process_reading_times_the_plans_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     reps, bias = [], []
-    monkeypatch.setattr(cf, "paired_difference_s", lambda small, large, pairs, clock=None: (1e-3, 6e-3))
+    monkeypatch.setattr(cf, "paired_difference_s", lambda small, large, pairs, clock=None, between=None, every=0:
+                        (1e-3, 6e-3))
     monkeypatch.setattr(cf, "_median_s", lambda fn, reps_=cf.REPS, clock=None: reps.append(reps_) or 2e-2)
     monkeypatch.setattr(cf, "measure_profile_bias", lambda dtype, hw, shapes: bias.append(shapes) or
                         {"ratio": 1.0, "samples": []})
-    monkeypatch.setattr(cf, "isolated_difference_s", lambda *a: 3e-3)
+    monkeypatch.setattr(cf, "IsolatedDifference", lambda *a: type("Isolated", (), {"sample_round": lambda self: None,
+                                                                               "seconds": lambda self: 3e-3})())
     monkeypatch.setattr(cf, "fwd_bwd_fn", lambda shape, dtype: shape)
     monkeypatch.setattr(cf, "optimizer_steps", lambda shape: (shape, shape))
     local = cfr._InProcess("bf16", plans.LIGHT)

@@ -64,24 +64,60 @@ def test_the_readings_combine_on_the_median_of_the_paired_differences() -> None:
     assert large_s - small_s == pytest.approx(statistics.median([4e-3, 3.5e-3, 6e-3]))
 
 
-def test_a_reading_times_the_tiny_pair_with_the_pairing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """_InProcess.reading takes its tiny times from paired_difference_s (TINY_PAIRS pairs)."""
+class FakeIsolated:
+    """cf.IsolatedDifference without a profile: each round adds one sample, seconds() is 3 ms."""
+
+    made: list = []
+
+    def __init__(self, dtype: str, hardware_name: str, small, large) -> None:
+        self.rounds = 0
+        FakeIsolated.made.append(self)
+
+    def sample_round(self) -> None:
+        self.rounds += 1
+
+    def seconds(self) -> float:
+        return 3e-3
+
+
+def test_a_reading_times_the_tiny_pair_with_the_pairing_and_its_isolated_ops_between_the_pairs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """_InProcess.reading takes its tiny times from paired_difference_s (TINY_PAIRS pairs), with a round of the
+    difference's isolated ops after every TINY_PAIRS // ISOLATED_REPS pairs (IsolatedDifference.sample_round)."""
     calls = []
 
-    def paired(small, large, pairs, clock=None):
-        calls.append(pairs)
+    def paired(small, large, pairs, clock=None, between=None, every=0):
+        calls.append((pairs, every))
+        for _ in range(pairs // every):
+            between()
         return 1e-3, 6e-3
 
+    FakeIsolated.made = []
     monkeypatch.setattr(cf, "paired_difference_s", paired)
     monkeypatch.setattr(cf, "_median_s", lambda fn, reps=cf.REPS, clock=None: 2e-2)
     monkeypatch.setattr(cf, "measure_profile_bias", lambda *a: {"ratio": 1.0, "samples": []})
-    monkeypatch.setattr(cf, "isolated_difference_s", lambda dtype, hw, small, large: 3e-3)
+    monkeypatch.setattr(cf, "IsolatedDifference", FakeIsolated)
     local = object.__new__(cfr._InProcess)
     local.dtype, local.tiny, local.steps, local.optimizers = "fp32", (None, None), [None], [(None, None)]
     raw = local.reading("cpu-x")
-    assert calls == [cfr.TINY_PAIRS]
+    assert calls == [(cfr.TINY_PAIRS, cfr.TINY_PAIRS // cf.ISOLATED_REPS)]
+    assert [m.rounds for m in FakeIsolated.made] == [cf.ISOLATED_REPS]
     assert raw["tiny_s"] == pytest.approx([1e-3, 7e-3])
     assert raw["tiny_isolated_diff_s"] == 3e-3
+
+
+def test_the_rounds_between_the_pairs_are_not_timed_and_follow_every_few_pairs() -> None:
+    machine = Machine(range(0))
+    rounds = []
+
+    def between() -> None:  # a round of isolated samples: a long stretch of the clock outside any pair
+        rounds.append(machine.calls)
+        machine.now_s += 1.0
+
+    small_s, diff_s = cf.paired_difference_s(machine.step(SMALL_S), machine.step(LARGE_S), 31, machine.clock,
+                                             between=between, every=6)
+    assert (small_s, diff_s) == pytest.approx((SMALL_S, LARGE_S - SMALL_S))
+    assert rounds == [2 + 2 * 6 * k for k in range(1, 6)]  # after pairs 6, 12, ..., 30 (calls 0-1: warm-up)
 
 
 TINY = ({"compute_s": 1.1e-3, "units": 51, "bytes": 1.6e6, "params": 46_048},
@@ -114,7 +150,7 @@ def test_the_file_keeps_the_isolated_difference_its_per_unit_cost_was_fitted_wit
 def test_the_isolated_difference_samples_the_ops_the_large_model_issues_beyond_the_small(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Step 1's isolated ops are the layer ops the 9-layer graph issues beyond the 1-layer one, each distinct op
-    sampled ISOLATED_REPS times (median: a burst outvoted) and counted as often as the difference issues it; ops both
+    sampled ISOLATED_REPS times, a round of every op at a time (median: a burst outvoted) and counted as often as the difference issues it; ops both
     graphs issue once (embedding, loss) cancel and are not sampled. A backward op is sampled as a backward."""
     from llmperf_hook.graph.op import Op
     from llmperf_hook.profile import op_sampler
@@ -125,7 +161,7 @@ def test_the_isolated_difference_samples_the_ops_the_large_model_issues_beyond_t
     graphs = {cf.TINY_LAYERS[0]: [(embed, 1, 0.0), (gemm_f, 4, 0.0), (gemm_b, 4, 0.0)],
               cf.TINY_LAYERS[1]: [(embed, 1, 0.0), (gemm_f, 36, 0.0), (gemm_b, 36, 0.0)]}
     monkeypatch.setattr(cf, "_predicted_ops", lambda shape, dtype, hw: (graphs[shape], 0.0))
-    seconds = {"fwd": iter([10e-6, 90e-6, 11e-6]), "bwd": iter([20e-6, 21e-6, 200e-6])}
+    seconds = {"fwd": iter([10e-6, 90e-6, 11e-6, 12e-6, 9e-6]), "bwd": iter([20e-6, 21e-6, 200e-6, 22e-6, 19e-6])}
     sampled = []
 
     def sample_op(op_class, dims, phase, dtype, device, target_s=0.05):
@@ -137,19 +173,17 @@ def test_the_isolated_difference_samples_the_ops_the_large_model_issues_beyond_t
     assert diff_s == pytest.approx(32 * 11e-6 + 32 * 21e-6)
     assert sorted(sampled) == [("gemm", "bwd")] * cf.ISOLATED_REPS + [("gemm", "fwd")] * cf.ISOLATED_REPS
 
-def test_a_reading_whose_box_ends_during_the_bias_shapes_is_dropped_before_its_isolated_ops(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each part of a reading starts only within its box (OutOfTime between parts): the isolated ops of step 1
-    (~1 s quiet, several under load) are not sampled for a reading already dropped."""
+def test_a_reading_whose_box_ends_during_the_bias_shapes_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each part of a reading starts only within its box (OutOfTime between parts), and a reading whose box ended
+    during its last part, the bias shapes, is not kept."""
     import time
 
-    isolated = []
-    monkeypatch.setattr(cf, "paired_difference_s", lambda small, large, pairs, clock=None: (1e-3, 6e-3))
+    monkeypatch.setattr(cf, "paired_difference_s", lambda small, large, pairs, clock=None, between=None, every=0:
+                        (1e-3, 6e-3))
     monkeypatch.setattr(cf, "_median_s", lambda fn, reps=cf.REPS, clock=None: 2e-2)
     monkeypatch.setattr(cf, "measure_profile_bias", lambda *a: time.sleep(0.05) or {"ratio": 1.0, "samples": []})
-    monkeypatch.setattr(cf, "isolated_difference_s", lambda *a: isolated.append(a) or 3e-3)
+    monkeypatch.setattr(cf, "IsolatedDifference", FakeIsolated)
     local = object.__new__(cfr._InProcess)
     local.dtype, local.tiny, local.steps, local.optimizers = "fp32", (None, None), [None], [(None, None)]
     with pytest.raises(cfr.OutOfTime):
         local.reading("cpu-x", end_s=time.perf_counter() + 0.02)
-    assert isolated == []
