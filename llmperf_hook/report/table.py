@@ -71,12 +71,14 @@ def _host_memory_lines(mem: "MemoryEstimate") -> list[str]:
 
 
 def _fragmentation_note(mem: "MemoryEstimate") -> str:
-    """Where the peak is over the GPU, whether its allocator fragmentation covers the shortfall (schedule/memory_fit.py:
-    what the job allocates must fit; fragmentation decides only whether PyTorch's free-and-retry finds room)."""
+    """Where the peak is over the GPU, whether the cached segments PyTorch frees on demand cover the shortfall
+    (schedule/memory_rule.py: what the job allocates and the allocator residue it cannot free must fit; the rest of
+    its fragmentation decides only whether PyTorch's free-and-retry finds room)."""
     if mem.headroom_bytes >= 0:
         return ""
-    frag = fmt_bytes(mem.fragmentation_bytes)
-    return f", within its {frag} of allocator fragmentation" if mem.fits else f", beyond its {frag} of fragmentation"
+    freeable = fmt_bytes(mem.peak_bytes_per_gpu - mem.must_fit_bytes)
+    return (f", within the {freeable} of cached segments PyTorch frees on demand" if mem.fits
+            else f", beyond the {freeable} of cached segments PyTorch frees on demand")
 
 
 def render_prediction_table(pred: "Prediction") -> str:

@@ -1,6 +1,7 @@
 """The memory line of the table and the memory object of the JSON for each verdict: fits, fits tight (the peak over
-the GPU by no more than its allocator fragmentation, or under it by less than the model's error band), DOES NOT
-FIT. Old JSON readers keep a boolean `fits` (true when tight)."""
+the GPU by no more than the cached segments PyTorch frees on demand, or under it by less than the model's error
+band), DOES NOT FIT (the must-fit bytes over it: schedule/memory_rule.py). Old JSON readers keep a boolean `fits`
+(true when tight). A DeepSpeed ZeRO-1 job: its reserve holds the step's flat buffers in freeable segments."""
 
 import dataclasses
 
@@ -15,10 +16,11 @@ from llmperf_hook.report.units import fmt_bytes
 
 CLUSTER = load_cluster("dgx-h100")
 CFG = make_config(num_layers=8, hidden_size=2048, num_attention_heads=16, seq_length=2048, micro_batch_size=4,
-                  dp=8, global_batch_size=64)
+                  dp=8, global_batch_size=64, framework="deepspeed", optimizer_kw={"zero_stage": 1})
 JOB = ParsedJob(launcher="torchrun", nnodes=1, nproc_per_node=8, world_size=8, script="pretrain_gpt.py",
                 script_args=(), argv=("torchrun", "pretrain_gpt.py"))
 BASE = predict_config(CFG, CLUSTER).memory
+FREEABLE = BASE.peak_bytes_per_gpu - BASE.must_fit_bytes
 
 
 def _prediction(capacity_bytes: int) -> Prediction:
@@ -33,8 +35,8 @@ def _memory_line(pred: Prediction) -> str:
 @pytest.mark.parametrize(("capacity", "verdict", "fits", "tight"), [
     (2 * BASE.peak_bytes_per_gpu, "fits", True, False),
     (BASE.peak_bytes_per_gpu + 2**20, "fits, tight", True, True),  # under the peak's error band
-    (BASE.peak_bytes_per_gpu - BASE.fragmentation_bytes, "fits, tight", True, True),  # allocated bytes exactly fit
-    (BASE.peak_bytes_per_gpu - BASE.fragmentation_bytes - 1, "DOES NOT FIT", False, False),
+    (BASE.must_fit_bytes, "fits, tight", True, True),  # must-fit bytes exactly fit
+    (BASE.must_fit_bytes - 1, "DOES NOT FIT", False, False),
 ])
 def test_json_verdict(capacity: int, verdict: str, fits: bool, tight: bool) -> None:
     mem = prediction_json(_prediction(capacity))["memory"]
@@ -44,18 +46,19 @@ def test_json_verdict(capacity: int, verdict: str, fits: bool, tight: bool) -> N
 
 
 def test_table_line_for_each_verdict() -> None:
-    frag = fmt_bytes(BASE.fragmentation_bytes)
+    assert FREEABLE > 0  # the flat-buffer segments: a shortfall they cover still fits
+    freeable = fmt_bytes(FREEABLE)
     roomy = _memory_line(_prediction(2 * BASE.peak_bytes_per_gpu))
     assert ": fits (headroom" in roomy and "tight" not in roomy and "fragmentation" not in roomy
-    over = _memory_line(_prediction(BASE.peak_bytes_per_gpu - BASE.fragmentation_bytes // 2))
-    assert ": fits, tight (short by" in over and f"within its {frag} of allocator fragmentation" in over
+    over = _memory_line(_prediction(BASE.peak_bytes_per_gpu - FREEABLE // 2))
+    assert ": fits, tight (short by" in over and f"within the {freeable} of cached segments PyTorch frees" in over
     under = _memory_line(_prediction(BASE.peak_bytes_per_gpu + 2**20))
     assert ": fits, tight (headroom" in under
-    short = _memory_line(_prediction(BASE.peak_bytes_per_gpu - BASE.fragmentation_bytes - 2**20))
-    assert ": DOES NOT FIT (short by" in short and f"beyond its {frag} of fragmentation" in short
+    short = _memory_line(_prediction(BASE.must_fit_bytes - 2**20))
+    assert ": DOES NOT FIT (short by" in short and f"beyond the {freeable} of cached segments" in short
 
 
 def test_tight_warning_reaches_table_and_json() -> None:
-    pred = _prediction(BASE.peak_bytes_per_gpu - BASE.fragmentation_bytes // 2)
+    pred = _prediction(BASE.peak_bytes_per_gpu - FREEABLE // 2)
     assert "warning: memory fits, tight" in render_prediction_table(pred)
     assert any("expandable_segments:True" in w for w in prediction_json(pred)["warnings"])
