@@ -174,8 +174,8 @@ def print_record(record_path: Path, home: Path) -> None:
     runs: dict[int, list[dict]] = defaultdict(list)
     for run in record["runs"]:
         runs[int(run["config"])].append(run)
-    print(f"{record_path.name}: this tree's prediction ({home}) against the median of each configuration's runs, ms per "
-          f"step\n  {'#':>2} {'configuration':32s} {'pred':>6} {'comm':>5} {'step':>5} {'f+b':>6} | {'CPU':>6} "
+    print(f"{record_path.name}: this tree's prediction ({home}) against the median of each configuration's runs, "
+          f"ms per step\n  {'#':>2} {'configuration':32s} {'pred':>6} {'comm':>5} {'step':>5} {'f+b':>6} | {'CPU':>6} "
           f"{'wall':>6}  CPU/(pred-comm)  f+b if step right")
     rows = []
     for index, label in ((c["index"], c["label"]) for c in record["configs"]):

@@ -17,9 +17,9 @@ describes), gradients set to None before every backward as a training step does:
 1. per issued op unit (host_issue.KERNELS_PER_PHASE: 1 per forward op, 2 per backward op): two tiny models
    (hidden 32, sequence 16) of 1 and 9 layers; their forward+backward difference (the two steps timed in
    interleaved pairs: paired_difference_s) minus the same difference's operators sampled alone between those
-   pairs (IsolatedDifference, a round of every op after every few pairs: the tiny ops lie below the profile's training ranges, so its prediction of
-   them was an extrapolation that moved with compute_scale), per unit of the difference (TINY_LAYERS: the
-   isolated ops are ~1/2 of it in bf16, ~1/3 in fp32).
+   pairs (IsolatedDifference, a round of every op after every few pairs: the tiny ops lie below the profile's
+   training ranges, so its prediction of them was an extrapolation that moved with compute_scale), per unit of
+   the difference (TINY_LAYERS: the isolated ops are ~1/2 of it in bf16, ~1/3 in fp32).
 2. (a) `compute_scale`: the compute ops of BIAS_SHAPES' graphs sampled alone with the operator sampler,
    against the fitted profile's prediction of them (the regressors' systematic error for the dtype; the
    in-step cost of a kernel is taken as its isolated cost); (b) per byte of the ops' modelled traffic
