@@ -6,7 +6,7 @@ accelerate/utils/dataclasses.py DeepSpeedPlugin.__post_init__ reads what the lau
 win, its "auto" values are filled from the plugin: zero_stage, gradient_accumulation_steps, gradient_clipping,
 offload devices); without a file the plugin builds one: ZeRO stage ACCELERATE_DEEPSPEED_ZERO_STAGE (default 2),
 gradient_accumulation_steps / gradient_clipping from their variables (default "auto"), the batch keys "auto".
-`DeepSpeedPlugin.set_mixed_precision` adds the fp16 / bf16 section of the mixed precision when the config has none.
+`DeepSpeedPlugin.set_mixed_precision` adds the fp16 / bf16 section of the mixed precision when the config lacks it.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str, b
         for var, (path, kind) in _PLUGIN_KEYS.items():  # "auto" (an accelerate config's) stays for the script to fill
             if env.get(var, "none").lower() not in ("none", "", AUTO):
                 _fill(raw, path, kind(env[var]) if kind is not str else env[var].lower(), overwrite=True)
-    _mixed_precision(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower())  # AcceleratorState: file or not
+    mixed_precision_sections(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower())  # AcceleratorState: file or not
     return raw, origin, inserted
 
 
@@ -147,17 +147,17 @@ def _fill(raw: dict[str, Any], path: tuple[str, ...], value: Any, overwrite: boo
         node[path[-1]] = value
 
 
-def _mixed_precision(raw: dict[str, Any], mixed: str) -> None:
-    """set_mixed_precision adds the section of the Accelerator's mixed precision when the config has neither:
-    accelerate's --mixed_precision, else the Trainer's --bf16 / --fp16 (TrainingArguments exports it as
-    ACCELERATE_MIXED_PRECISION), left "auto" here for frameworks/deepspeed_job.ds_precision to read from the
-    Trainer's flags; an "auto" `enabled` likewise."""
-    if "fp16" in raw or "bf16" in raw:
-        return
-    if mixed in ("fp16", "bf16"):
+def mixed_precision_sections(raw: dict[str, Any], mixed: str) -> None:
+    """DeepSpeedPlugin.set_mixed_precision (accelerate utils/dataclasses.py), run by AcceleratorState for `accelerate
+    launch` jobs and the Trainer's --deepspeed FILE alike, adds the section of the Accelerator's mixed precision when
+    the config lacks that section ({"bf16": {"enabled": true}} under bf16, whatever the fp16 section says): `mixed`
+    is accelerate's --mixed_precision, or "no" where the Trainer's --bf16 / --fp16 decide (TrainingArguments exports
+    them as ACCELERATE_MIXED_PRECISION, after its fill_match has checked the file). A section still missing is left
+    "auto", for frameworks/deepspeed_job.ds_precision to read from the Trainer's flags (fp32 without them)."""
+    if mixed in ("fp16", "bf16") and mixed not in raw:
         raw[mixed] = {"enabled": True}
-    else:
-        raw.update({"bf16": {"enabled": AUTO}, "fp16": {"enabled": AUTO}})
+    for name in ("bf16", "fp16"):
+        raw.setdefault(name, {"enabled": AUTO})
 
 
 _ACCELERATOR_EXAMPLES = ("nlp_example.py", "cv_example.py", "complete_nlp_example.py", "complete_cv_example.py")

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError, LlmperfError
 from llmperf_hook.frameworks.accelerate_plugin import (accelerate_deepspeed, accelerate_ds_settings, accelerator_script,
-                                                       plugin_config_file)
+                                                       mixed_precision_sections, plugin_config_file)
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.deepspeed_job import hf_accumulation_warnings
@@ -157,6 +157,7 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
         raw = {**raw, "zero_optimization": {"stage": 0}}  # each experiment's ds_config[ZERO_OPTIMIZATION] holds
     if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)
         raw = plugin_config_file(raw, env, str(path))
+        mixed_precision_sections(raw, "no")  # a missing fp16/bf16 section: the Trainer's --fp16/--bf16 (accelerate)
     # Megatron-DeepSpeed's entry points pass their own optimizer (FusedAdam); a user's script taking Megatron's flags
     # is read for the one it passes (the CPU testbed's torch.optim.AdamW; none: the section's), and one that cannot be
     # read is taken for Megatron-DeepSpeed's
