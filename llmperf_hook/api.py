@@ -153,21 +153,26 @@ def assumed_cluster(cluster: str | ClusterSpec | None, hardware: str | None
                 f"network); pass --cluster NAME|FILE for your system.")
         return load_cluster(home, hardware), (note,), False
     measured, elsewhere = _measured_files(hardware) if hardware else ([], [])
-    if measured:
-        others = (f" (the newest of {len(measured)} for it: {', '.join(p.stem for p in measured[1:])} too)"
-                  if len(measured) > 1 else "")
-        note = (f"no --cluster given: assuming {measured[0].stem}, the cluster `llmperf profile --comm` described for "
-                f"{hardware} ({measured[0]}){others}; pass --cluster NAME|FILE for another.")
-        return load_cluster(str(measured[0]), hardware), (note,), True
+    files = measured or [path for path, _ in elsewhere]
+    if files:  # this host's measurement first; another host's of this device is still nearer than DEFAULT_CLUSTER's
+        others = (f" (the newest of {len(files)} for it: {', '.join(p.stem for p in files[1:])} too)"
+                  if len(files) > 1 else "")
+        note = (f"no --cluster given: assuming {files[0].stem}, the cluster `llmperf profile --comm` described for "
+                f"{hardware} ({files[0]}){_other_hosts(elsewhere[0][1]) if not measured else ''}{others}; pass "
+                "--cluster NAME|FILE for another.")
+        return load_cluster(str(files[0]), hardware), (note,), True
     note = (f"no --cluster given: assuming {DEFAULT_CLUSTER} ({'GPU ' + hardware if hardware else 'its GPUs'}, "
             f"its network); pass --cluster NAME|FILE for your system.")
-    if elsewhere:
-        import socket
-
-        note += (f" {', '.join(str(p) for p in elsewhere)} describe{'s' if len(elsewhere) == 1 else ''} {hardware}'s "
-                 f"network as `llmperf profile --comm` measured it on other hosts, not on this one "
-                 f"({socket.gethostname()}): pass --cluster {elsewhere[0].stem} if this host is one of its nodes.")
     return load_cluster(DEFAULT_CLUSTER, hardware), (note,), False
+
+
+def _other_hosts(hosts: Sequence[str]) -> str:
+    """Where a measured file assumed here came from: a container's hostname changes with each start (docker: the
+    container id), and a cluster's other nodes were not in the comm run; the user may know better."""
+    import socket
+
+    return (f" on other hosts ({', '.join(hosts)}), not this one ({socket.gethostname()}): the nearest measured "
+            "network of this device, if this host's differs run `llmperf profile --comm` here")
 
 
 @lru_cache(maxsize=None)
@@ -192,12 +197,14 @@ def measured_clusters(hardware: str) -> list[Path]:
     device `hardware`'s fitted profile was measured on (a CPU profile named with --name; before, the file named only
     the default profile name, and such a profile never found its network). A file whose `measured_on.hosts` does not
     hold this host is another machine's network (two hosts of one CPU model sharing an $LLMPERF_HOME) and is not
-    assumed here; files written before 28 Nov 2026 name no hosts and are read as before."""
+    listed here (assumed_cluster still takes it, saying so, before DEFAULT_CLUSTER); files written before 28 Nov
+    2026 name no hosts and are read as before."""
     return _measured_files(hardware)[0]
 
 
-def _measured_files(hardware: str) -> tuple[list[Path], list[Path]]:
-    """(`hardware`'s cluster files measured here, newest first; those other hosts measured), one folder scan."""
+def _measured_files(hardware: str) -> tuple[list[Path], list[tuple[Path, tuple[str, ...]]]]:
+    """(`hardware`'s cluster files measured here, newest first; those other hosts measured, with those hosts), one
+    folder scan."""
     from llmperf_hook.resources import llmperf_home
 
     docs = _cluster_docs(llmperf_home() / "clusters")
@@ -205,7 +212,8 @@ def _measured_files(hardware: str) -> tuple[list[Path], list[Path]]:
     found = sorted(((path, doc) for path, doc in docs if str(doc.get("gpu", "")).lower() == hardware.lower()
                     or device is not None and _measured_device(doc) == device),
                    key=lambda item: (item[0].stat().st_mtime, item[0]), reverse=True)
-    return [path for path, doc in found if _measured_here(doc)], [path for path, doc in found if not _measured_here(doc)]
+    return ([path for path, doc in found if _measured_here(doc)],
+            [(path, tuple(str(h) for h in doc["measured_on"]["hosts"])) for path, doc in found if not _measured_here(doc)])
 
 
 def _cluster_docs(folder: Path) -> list[tuple[Path, dict[str, Any]]]:

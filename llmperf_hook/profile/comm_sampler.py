@@ -320,7 +320,7 @@ def _ensure_cluster_yaml(name: str, model: Any, device: str, world: int, hosts: 
     """$LLMPERF_HOME/clusters/NAME.yaml describing the measured machine, when NAME is no cluster yet (so the
     `--cluster NAME` that uses the comm model also resolves); an existing cluster file is never touched. It records
     what it measured on (`measured_on`: the device as profile fingerprints name it, and the ranks' hosts), so that
-    predict assumes it for a profile of that device whatever its --name, and on those hosts only (api.measured_clusters:
+    predict assumes it for a profile of that device whatever its --name, on those hosts first (api.assumed_cluster:
     two machines of one CPU model sharing an $LLMPERF_HOME have one profile name but not one network)."""
     from llmperf_hook.hardware.load import find_config_file
     from llmperf_hook.profile import local_hardware as lh

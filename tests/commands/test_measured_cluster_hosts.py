@@ -1,5 +1,5 @@
 """The cluster file `llmperf profile --comm` writes says what it measured on (`measured_on: {device, hosts}`), and
-predict assumes it for a profile of that device whatever its --name, on those hosts only (api.measured_clusters;
+predict assumes it for a profile of that device whatever its --name, those hosts' first (api.assumed_cluster;
 R75's notes: the file named the default profile name, so `--name my-cpu` never found its network, and two hosts of
 one CPU model sharing an $LLMPERF_HOME shared one network). Old files without it are read as before."""
 
@@ -44,13 +44,27 @@ def test_a_profile_named_otherwise_finds_the_network_measured_on_its_device(tmp_
     assert (spec.name, spec.gpu.name) == ("my-box", "my-cpu") and "assuming my-box" in notes[0]
 
 
-def test_another_hosts_network_is_not_assumed_here(tmp_path, monkeypatch) -> None:
+def test_this_hosts_network_is_preferred_to_a_newer_one_of_another_host(tmp_path, monkeypatch) -> None:
+    import os
+
+    _home(tmp_path, monkeypatch, {"mine": {"gpu": "my-cpu", "measured_on": {"device": CPU, "hosts": [socket.gethostname()]}},
+                                  "host-a": {"gpu": "my-cpu", "measured_on": {"device": CPU, "hosts": ["host-a"]}}})
+    os.utime(tmp_path / "clusters" / "mine.yaml", (1, 1))  # host-a's file is the newer one
+    spec, notes = resolve_cluster(None, "my-cpu")
+    assert spec.name == "mine" and "other hosts" not in notes[0], notes
+
+
+def test_another_hosts_network_of_this_device_is_assumed_before_the_default_and_said(tmp_path, monkeypatch) -> None:
+    """A container's hostname changes with each start (docker: the container id), and a node of a measured cluster
+    may not be among the hosts the comm run had: the nearest measurement of this device beats DEFAULT_CLUSTER's
+    8-GPU NVLink node with this device swapped in (R77; H198 fell back to it)."""
     _home(tmp_path, monkeypatch, {"host-a": {"gpu": "my-cpu", "measured_on": {"device": CPU, "hosts": ["host-a"]}}})
     spec, notes = resolve_cluster(None, "my-cpu")
-    assert spec.name == DEFAULT_CLUSTER and f"assuming {DEFAULT_CLUSTER}" in notes[0]
-    assert f"{tmp_path / 'clusters' / 'host-a.yaml'} describes my-cpu's network as `llmperf profile --comm` measured it " \
-           "on other hosts" in notes[0]
-    assert "pass --cluster host-a if this host is one of its nodes" in notes[0]
+    assert (spec.name, spec.gpu.name) == ("host-a", "my-cpu") and spec.name != DEFAULT_CLUSTER
+    assert f"assuming host-a, the cluster `llmperf profile --comm` described for my-cpu " \
+           f"({tmp_path / 'clusters' / 'host-a.yaml'}) on other hosts (host-a), not this one ({socket.gethostname()})" \
+           in notes[0], notes
+    assert api.assumed_cluster(None, "my-cpu")[2]  # its ranks per node stay on one node, as for this host's file
 
 
 def test_a_file_written_before_hosts_were_kept_is_read_as_before(tmp_path, monkeypatch) -> None:
