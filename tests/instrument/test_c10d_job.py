@@ -15,6 +15,8 @@ from instrument_helpers import SMALL_GPT, TRAIN_GPT, free_port, make_child_env, 
 
 from llmperf_hook.instrument.shared_job import _safe
 
+pytestmark = pytest.mark.slow  # two llmperf sessions, two torchrun agents and their ranks: 29 s wall, ~15 s CPU at load 7
+
 
 @pytest.fixture(scope="module")
 def c10d_nodes(tmp_path_factory) -> tuple[Path, str, list[subprocess.CompletedProcess]]:
