@@ -145,11 +145,14 @@ def _script_problem(target: str, cwd: Path) -> str:
     """CPython's message for a script it cannot open (a directory needs a __main__.py), "" when it can."""
     path = Path(target) if os.path.isabs(target) else cwd / target
     shown = os.path.abspath(path)
-    if path.is_dir():
-        return "" if any((path / f"__main__{ext}").is_file() for ext in (".py", ".pyc")) else \
-            f"can't find '__main__' module in '{shown}'"
-    if not path.exists():
-        return f"can't open file '{shown}': [Errno 2] No such file or directory"
+    try:
+        if path.is_dir():
+            return "" if any((path / f"__main__{ext}").is_file() for ext in (".py", ".pyc")) else \
+                f"can't find '__main__' module in '{shown}'"
+        if not path.exists():
+            return f"can't open file '{shown}': [Errno 2] No such file or directory"
+    except OSError as err:  # ENAMETOOLONG, EACCES on a folder above it (pathlib ignores ENOENT and ENOTDIR only)
+        return f"can't open file '{shown}': [Errno {err.errno}] {err.strerror}"
     if not os.access(path, os.R_OK):
         return f"can't open file '{shown}': [Errno 13] Permission denied"
     return ""
@@ -161,8 +164,11 @@ def _program_problem(entry: Entry, cwd: Path) -> str:
         found = shutil.which(entry.target, path=entry.env.get("PATH"))
         return "" if found else f"no such program {entry.target!r} on PATH"
     path = Path(entry.target) if os.path.isabs(entry.target) else cwd / entry.target
-    if not path.is_file():
-        return f"no such file {os.path.abspath(path)!r}"
+    try:
+        if not path.is_file():
+            return f"no such file {os.path.abspath(path)!r}"
+    except OSError as err:  # as in _script_problem
+        return f"{os.path.abspath(path)!r}: {err.strerror}"
     return "" if os.access(path, os.X_OK) else f"{os.path.abspath(path)!r} is not executable (chmod +x it)"
 
 

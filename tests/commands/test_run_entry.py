@@ -52,6 +52,8 @@ def work(tmp_path: Path) -> Path:
     (["torchrun", "--no-python", "no-such-program-xyz"], "no such program 'no-such-program-xyz' on PATH"),
     (["deepspeed", "--num_gpus", "1", "--module", "nosuch"], "No module named nosuch"),  # its #! python is this one
     (["deepspeed", "--num_gpus", "1", "--no_python", "./train.py"], "'{cwd}/train.py' is not executable"),
+    ([PY, "a" * 300 + ".py"], "can't open file '{cwd}/" + "a" * 300 + ".py': [Errno"),  # ENAMETOOLONG: was an
+    (["torchrun", "--no-python", "./" + "a" * 300], "File name too long"),                 # internal error
 ])
 def test_what_python_cannot_open_is_said_in_its_words(work: Path, argv: list[str], says: str) -> None:
     problem = entry_problem(argv, ENV, work)
