@@ -331,7 +331,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             settled = settle_branches(self.conditions, self)
             if before is not None:
                 note_branch_values(self.conditions, before, self.env, self.undecidable, fresh, self.where(line), text,
-                                   settled)
+                                   settled, self.removed)
 
     def forget_removed(self, removed: set[str], text: str) -> None:
         """Keep in removed_surely what `unset` just removed where it surely ran (set -u refuses only those: not after

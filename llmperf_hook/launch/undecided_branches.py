@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import AbstractSet, Any
 
 from llmperf_hook.launch.shell_associative import forget
 from llmperf_hook.launch.shell_conditions import Conditions
@@ -30,6 +30,8 @@ BRANCHES = "branches of an `if` llmperf cannot decide (bash runs one; which, onl
 _REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _ASSIGNS = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)\+?=")
 """A name a command's text assigns (`NP=8`, `export NP=8`, `then NP=8`)."""
+_UNSETS = re.compile(r"(?:^|[\s;&|(])unset\s+(?:-v\s+)?((?:[A-Za-z_]\w*(?:\s+|$))+)")
+"""The names a command's text unsets (`then unset X Y`)."""
 _WHOLE_REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}|([A-Za-z_][A-Za-z0-9_]*))")
 """A word that is one variable (`$NAME`, `${NAME}`) or all of an array's elements (`${NAME[@]}`)."""
 _FLAG = re.compile(r"--?[A-Za-z][\w-]*")
@@ -41,18 +43,22 @@ BRANCH_WORD = re.compile(r"\s*(?:then|elif|else)\b")
 
 
 def note_branch_values(conditions: Conditions, before: dict[str, str], env: dict[str, str], undecidable: set[str],
-                       fresh: set[str], where: str, text: str = "", settled: set[str] = frozenset()) -> None:
+                       fresh: set[str], where: str, text: str = "", settled: set[str] = frozenset(),
+                       removed: AbstractSet[str] = frozenset()) -> None:
     """Each variable a command changed (`before`: the variables before it; `fresh`: those it made undecidable, which
     may have been unset before), or that its text `text` assigns (`else NP=8` after `then NP=8`), kept with the
     undecided `if` branch it ran in (Conditions.note_assigned); None for a value only running the script gives.
     `settled`: the names an inner undecided `if` closed by the command settled (settle_branches), which its branch
-    assigned whether or not their value changed."""
-    written = {name for name in _ASSIGNS.findall(text) if name in env or name in undecidable} | settled
+    assigned whether or not their value changed; `removed`: names `unset` removed, which a branch leaves unset (not
+    unknown: two ways that both unset NAME agree)."""
+    written = {name for name in _ASSIGNS.findall(text) if name in env or name in undecidable} | settled | \
+        {name for names in _UNSETS.findall(text) for name in names.split() if name in removed}
     for name in {name for name in set(before) | set(env) if before.get(name) != env.get(name)} | fresh | written:
         value = None if name in undecidable else env.get(name)
         if value is not None and set(_REFERENCE.findall(value)) & undecidable:  # `X=$NUM_GPUS`, NUM_GPUS unknown
             value = None
-        conditions.note_assigned(name, value, where, (before.get(name),))
+        unset = value is None and name in removed and name not in undecidable
+        conditions.note_assigned(name, value, where + _UNSET_THERE if unset else where, (before.get(name),))
 
 
 def note_array_assigned(conditions: Conditions, text: str, arrays: dict[str, list[str]], where: str) -> None:
@@ -138,7 +144,9 @@ def _settle(reading: Any, name: str, branches: Branches, array: bool) -> None:
             reading.env[name] = next(iter(values))
         reading.undecidable.discard(name)
         return
-    if len(branches) == 1 and branches[0][1] == _UNSET:  # the one way on leaves it as it was: unset
+    if branches and all(value is None and _is_unset(at) for value, at in branches):  # every way on leaves it unset
+        if any(at == _UNSET for _, at in branches):  # a way that never unset it: the job's environment may set it
+            reading.removed.discard(name)
         reading.env.pop(name, None)
         reading.arrays.pop(name, None)
         reading.undecidable.discard(name)
@@ -240,11 +248,17 @@ def _kept(frame: Any, name: str) -> tuple[str | None, str] | None:
 
 _AS_BEFORE = "as before that `if` (where no branch that sets it runs)"
 _UNSET = "unset (as before that `if`, where no branch that sets it runs)"
+_UNSET_THERE = " (unset there)"
+"""Follows where a branch unset a variable (`unset NAME`)."""
+
+
+def _is_unset(at: str) -> bool:
+    return at == _UNSET or at.endswith(_UNSET_THERE)
 
 
 def _branch_sets(name: str, values: Branches) -> str:
     """Where each branch sets `name`, and to what."""
-    return " or ".join(at if at == _UNSET else f"{at} ({name}={value!r})" if value is not None else
+    return " or ".join(at if _is_unset(at) else f"{at} ({name}={value!r})" if value is not None else
                        f"{at} (to what only running it gives)" for value, at in values)
 
 
@@ -272,7 +286,7 @@ def _first_branch_flags(words: list[str], branch_values: dict[str, Branches],
     for word in words:
         reference = _WHOLE_REFERENCE.fullmatch(word)
         name = (reference.group(1) or reference.group(2)) if reference else ""
-        values = tuple(("" if at == _UNSET else value, at) for value, at in  # unset, unquoted: no word
+        values = tuple(("" if _is_unset(at) else value, at) for value, at in  # unset, unquoted: no word
                        (branch_values.get(name, ()) if BRANCHES in unknown.get(name, "") else ()))
         if not values or not all(value is not None and all(map(_FLAG.fullmatch, value.split()))
                                  for value, _ in values):

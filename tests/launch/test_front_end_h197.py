@@ -64,6 +64,8 @@ UNSET = {  # bash manual 4.1 Bourne Shell Builtins `unset`, 3.5.3, 4.3.1 `set -u
     "unset_of_a_variable_keeps_the_function": f"NP=2\nf() {{ NP=8; }}\nf=1\nunset f\nf\n{T} --seed $NP\n",
     "unset_then_default": f"X=--bf16\nunset X\n{T} ${{X:-8}} ${{X-9}} ${{X+--fp16}}\n",
     "assigned_from_an_unset": f"X=8\nunset X\nY=\"--seed=$X\"\nZ=${{X}}4\n{T} $Y --lr $Z\n",
+    "unset_in_both_branches": f"X=--bf16\nif {NO_CFG}; then unset X; else unset X; fi\n{T} --a \"$X\" $X\n",
+    "unset_in_the_else_and_before": f"if {NO_CFG}; then unset X; else unset X; fi\n{T} --a \"$X\"\n",
     "unset_then_set_again": f"X=--bf16\nunset X\nX=--fp16\n{T} $X\n",
     "unset_then_read": f"X=--bf16\nunset X\nread -r X <<< --fp16\n{T} $X\n",
     "nounset_unset": f"set -u\nX=--bf16\nunset X\n{T} $X\n",
@@ -216,3 +218,11 @@ def test_ways_that_leave_the_directory_apart_are_named(tmp_path: Path, monkeypat
                                        "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
     job = parse_launch(["bash", "train.sh"], {})
     assert job.nproc_per_node == 8 and any("leave `cd` apart" in warning for warning in job.warnings)
+
+
+def test_an_unset_in_one_branch_of_a_name_the_script_never_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`if X; then unset CKPT; fi` where the script never set CKPT: the way without the `unset` may read the job's own
+    CKPT, so `$CKPT` stays as written for the job's environment (as before H197), not dropped as unset."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nif {NO_CFG}; then unset CKPT; fi\n{T} --load $CKPT\n")
+    assert parse_launch(["bash", "train.sh"], {}).script_args[-2:] == ("--load", "$CKPT")
