@@ -327,12 +327,28 @@ def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str
 def check_precision_support(cfg: TrainingConfig, spec: ClusterSpec) -> None:
     """FP8 needs FP8 tensor cores: Transformer Engine's fp8_autocast asserts check_fp8_support, 'Device compute
     capability 8.9 or higher required for FP8 execution' (transformer_engine/pytorch/fp8.py), at the first forward.
-    A GPU preset without an fp8 peak has none (A100 and older)."""
+    A GPU preset without an fp8 peak has none (A100 and older). The MXFP8 recipe needs Blackwell's block-scaled
+    GEMMs."""
     if cfg.precision == "fp8" and "fp8" not in spec.gpu.peak_flop_per_s:
         raise ConfigError(f"FP8 training ({cfg.sources.get('precision', 'the command')}) on {spec.gpu.name} ({spec.name}): "
                           "Transformer Engine asserts 'Device compute capability 8.9 or higher required for FP8 "
                           "execution' at the first forward; this GPU has no FP8 tensor cores. Drop the FP8 flags (train "
                           "in bf16) or predict on an FP8 GPU (e.g. --cluster dgx-h100).")
+    capability = spec.gpu.compute_capability  # 0: not NVIDIA or unknown, left to the user
+    low, high, says = _RECIPE_CAPABILITY.get(cfg.fp8_recipe, (0.0, 99.0, ""))
+    if cfg.precision == "fp8" and 0 < capability and not low <= capability < high:
+        says = says if capability < high else "MXFP8 (for all gemm layouts) is not supported on 12.0+ architectures yet"
+        raise ConfigError(f"--fp8-recipe {cfg.fp8_recipe} ({cfg.sources.get('fp8_recipe', 'argv')}) on {spec.gpu.name} "
+                          f"({spec.name}, compute capability {capability:.1f}): Transformer Engine asserts '{says}' at the "
+                          "first forward (fp8_autocast's check_recipe_support). Use --fp8-recipe delayed or tensorwise "
+                          "here, or predict on a GPU that runs this recipe (mxfp8: Blackwell, e.g. --cluster dgx-b200).")
+
+
+_RECIPE_CAPABILITY = {  # recipe: (lowest, first refused compute capability, TE's refusal): transformer_engine/pytorch
+    # quantization.py _compute_mxfp8_support / _compute_fp8_block_scaling_support (fp8.py in older releases)
+    "mxfp8": (10.0, 12.0, "Device compute capability 10.0 or higher required for MXFP8 execution"),
+    "blockwise": (9.0, 99.0, "FP8 block scaled GEMM requires compute capability 9.0 or higher and CUDA >= 12.9"),
+}
 
 
 def config_json(pred: Prediction) -> dict[str, Any]:

@@ -45,3 +45,29 @@ def test_accelerate_bf16_beside_a_disabled_fp16_section(tmp_path: Path, capsys, 
     {"fp16": {"enabled": false}} with --bf16 runs bf16 (it was read as fp32, the fp16 section stopping the fill)."""
     got = _explain(tmp_path, {**NO_PRECISION, "fp16": {"enabled": False}}, [*TRAINER, "--bf16"], capsys, monkeypatch)
     assert got["precision"] == "bf16"
+
+
+LLAMA3_8B_FP8 = [
+    "torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--use-mcore-models", "--num-layers", "32",
+    "--hidden-size", "4096", "--ffn-hidden-size", "14336", "--num-attention-heads", "32", "--group-query-attention",
+    "--num-query-groups", "8", "--seq-length", "8192", "--max-position-embeddings", "8192", "--position-embedding-type",
+    "rope", "--swiglu", "--normalization", "RMSNorm", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16", "--tokenizer-type", "NullTokenizer",
+    "--vocab-size", "128256", "--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer",
+    "--fp8-format", "e4m3", "--fp8-recipe"]
+"""Megatron-LM's examples/llama/train_llama3_8b_h100_fp8.sh at TP 2, with the FP8 recipe to be named."""
+
+
+@pytest.mark.parametrize(("cluster", "recipe", "refused"), [
+    ("dgx-h100", "mxfp8", "10.0 or higher required for MXFP8"), ("dgx-b200", "mxfp8", None),
+    ("pcie-l40s-2x200g", "blockwise", "requires compute capability 9.0"), ("dgx-h100", "blockwise", None),
+    ("dgx-h100", "tensorwise", None)])
+def test_fp8_recipe_needs_its_gpu(cluster: str, recipe: str, refused: str | None, capsys) -> None:
+    """Transformer Engine's fp8_autocast asserts check_recipe_support at the first forward: MXFP8 needs compute
+    capability 10.x (Blackwell), FP8 block scaling 9.0 or higher (transformer_engine/pytorch quantization.py
+    _compute_mxfp8_support, _compute_fp8_block_scaling_support). Megatron's validate_args checks neither, and llmperf
+    priced mxfp8 on an H100 as if it ran."""
+    code, _, err = run_cli(["predict", "--cluster", cluster, "--", *LLAMA3_8B_FP8, recipe], capsys)
+    assert code == (2 if refused else 0), err
+    if refused:
+        assert refused in err and "Traceback" not in err

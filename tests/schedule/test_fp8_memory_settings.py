@@ -37,9 +37,9 @@ def _argv(*extra: str) -> list[str]:
     return list(json.loads(CASE.read_text())["argv"]) + list(extra)
 
 
-def _resolve(*extra: str) -> TrainingConfig:
+def _resolve(*extra: str, cluster: str = "dgx-h100") -> TrainingConfig:
     """The example as resolve_config will build it once it applies script_flags.apply_memory_flags."""
-    job, cfg = api.resolve_command(_argv(*extra), ENV, cluster="dgx-h100")[:2]
+    job, cfg = api.resolve_command(_argv(*extra), ENV, cluster=cluster)[:2]
     return apply_memory_flags(cfg, parse_flags(job.script_args, SCRIPT_FLAGS))
 
 
@@ -60,7 +60,8 @@ def _no_gather(cfg: TrainingConfig) -> TrainingConfig:
 def test_flags_read_by_apply_memory_flags(example: TrainingConfig) -> None:
     assert (example.fp8_recipe, example.parameter_transpose_cache, example.cross_entropy_fusion_impl) == \
         ("delayed", True, "native")  # the script gives --cross-entropy-loss-fusion, impl default native
-    cfg = _resolve("--disable-parameter-transpose-cache", "--cross-entropy-fusion-impl", "te", "--fp8-recipe", "mxfp8")
+    cfg = _resolve("--disable-parameter-transpose-cache", "--cross-entropy-fusion-impl", "te", "--fp8-recipe", "mxfp8",
+                   cluster="dgx-b200")  # MXFP8 runs on Blackwell only (api.check_precision_support)
     assert (cfg.fp8_recipe, cfg.parameter_transpose_cache, cfg.cross_entropy_fusion_impl) == ("mxfp8", False, "te")
     assert "--cross-entropy-fusion-impl" in str(cfg.sources["cross_entropy_fusion_impl"])
 
