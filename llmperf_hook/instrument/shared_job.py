@@ -394,8 +394,8 @@ def release_claims(store_file: Path | None = None, now_s: float | None = None, j
     """Remove the job-id claims beside the store that are provably finished (module docstring: the rule); the ids
     whose claim was removed. `job_ids`: only those claims (a session releases its own job's: its sweep of every
     claim stat-ed other run directories, and one on a dead hard NFS mount hung `llmperf run` after its job had
-    ended); None: every claim (`llmperf refine`). A run directory that does not answer within `limit_s` is skipped,
-    with its other claims, and said on stderr. Best effort: nothing here may fail a refine."""
+    ended); None: every claim (`llmperf refine`). A run directory that does not answer within `limit_s` (all are
+    checked side by side under that one limit) is skipped, with its other claims, and said on stderr. Best effort: nothing here may fail a refine."""
     try:
         if store_file is None:
             from llmperf_hook.store import default_store_path
@@ -405,34 +405,50 @@ def release_claims(store_file: Path | None = None, now_s: float | None = None, j
     except (OSError, ImportError):
         return []
     now_s = time.time() if now_s is None else now_s
-    released: list[str] = []
-    silent: set[str] = set()
+    by_dir: dict[str, list[tuple[Path, str]]] = {}
     for claim in claims:
         try:
             host, _, run_dir = claim.read_text().strip().partition(":")
         except OSError:
             continue
-        if run_dir in silent:
-            continue
-        if not _within(limit_s, _release_one, claim, host, run_dir, store_file, now_s, released):
-            silent.add(run_dir)
-            print(f"llmperf: warning: the claim of job id {claim.name} was not checked: its run directory {run_dir} "
-                  f"did not answer within {limit_s:g} s (a hung network mount?); its claims stay, and a later "
-                  "`llmperf refine` checks them again", file=sys.stderr)
-    return released
+        by_dir.setdefault(run_dir, []).append((claim, host))
+    released: list[str] = []
+    # one daemon thread per run directory, all under one deadline: directories on one dead mount cost the limit once
+    deadline = time.monotonic() + limit_s
+    workers = {run_dir: _started(_release_dir, items, run_dir, store_file, now_s, released, deadline)
+               for run_dir, items in by_dir.items()}
+    for run_dir, worker in workers.items():
+        if worker is not None:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        if worker is not None and worker.is_alive():
+            ids = [claim.name for claim, _ in by_dir[run_dir]]
+            others = f" (and {', '.join(ids[1:])})" if len(ids) > 1 else ""
+            print(f"llmperf: warning: the claim of job id {ids[0]}{others} was not checked: its run directory "
+                  f"{run_dir} did not answer within {limit_s:g} s (a hung network mount?); its claims stay, and a "
+                  "later `llmperf refine` checks them again", file=sys.stderr)
+    return sorted(released)  # a copy: a thread past the deadline may still add to `released`
 
 
-def _within(limit_s: float, fn: Callable[..., None], *args: Any) -> bool:
-    """Run fn(*args) on a daemon thread; False when it has not returned within limit_s (it goes on unwaited: a call
-    stuck on a hung mount cannot be interrupted, and a daemon thread does not hold the process's exit)."""
+def _started(fn: Callable[..., None], *args: Any) -> threading.Thread | None:
+    """fn(*args) on a started daemon thread, left unwaited past the deadline (a call stuck on a hung mount cannot be
+    interrupted, and a daemon thread does not hold the process's exit); None when no thread could be had and fn ran
+    here, unbounded, as before."""
     worker = threading.Thread(target=fn, args=args, daemon=True, name="llmperf-claim-check")
     try:
         worker.start()
-    except RuntimeError:  # no thread to be had: check it here, unbounded, as before
+    except RuntimeError:
         fn(*args)
-        return True
-    worker.join(limit_s)
-    return not worker.is_alive()
+        return None
+    return worker
+
+
+def _release_dir(items: Sequence[tuple[Path, str]], run_dir: str, store_file: Path, now_s: float,
+                 released: list[str], deadline: float) -> None:
+    """The run directory's claims, one after another, until the deadline: past it the sweep said they stay."""
+    for claim, host in items:
+        if time.monotonic() >= deadline:
+            return
+        _release_one(claim, host, run_dir, store_file, now_s, released)
 
 
 def _release_one(claim: Path, host: str, run_dir: str, store_file: Path, now_s: float, released: list[str]) -> None:
