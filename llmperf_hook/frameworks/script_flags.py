@@ -51,7 +51,7 @@ _TRUE = (
     "use-flash-attn", "use-flash-attn-v2", "use-flash-attn-triton", "no-pipeline-parallel", "cpu-optimizer",
     "gradient-checkpointing", "adam-offload", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
-    "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
+    "squared-relu", "openai-gelu", "use-te-activation-func", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
     "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu", "fp8-e4m3", "fp8-hybrid",
     "moe-router-pre-softmax", "moe-layer-recompute", "rotary-interleaved", "mla-down-proj-fusion",
     "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",
@@ -108,6 +108,9 @@ def _build() -> dict[str, Flag]:
     table["--ds-sequence-parallel-size"] = Flag("ds_sequence_parallel_size", "int")  # DeepSpeed-Ulysses
     table["--expert-interval"] = Flag("ds_moe_expert_interval", "int")
     table["--add-bias-linear"] = Flag("add_bias_linear", "true")
+    # Megatron-DeepSpeed's legacy ParallelMLP runs erf_gelu under it; argparse type=bool: any non-empty value is True
+    # (frameworks/script_gelu.megatron_gelu).
+    table["--onnx-safe"] = Flag("onnx_safe", "str")
     table["--overlap-p2p-comm"] = Flag("overlap_p2p_comm", "true")
     table["--overlap-p2p-communication"] = Flag("overlap_p2p_comm", "true")
     # nargs='+' in Megatron: the first value is read, the others are skipped as positional words.

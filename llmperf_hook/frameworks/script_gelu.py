@@ -9,6 +9,7 @@ sampled both prices each with its own samples (predict/dispatch.gelu_variant).
 | Megatron-LM, bias-GeLU fusion on (default, biases)   | tanh    | core/transformer/mlp.py: bias_gelu_impl,         |
 |                                                      |         | core/fusions/fused_bias_gelu.py "tanh approx."   |
 | Megatron-LM, --no-bias-gelu-fusion / no biases       | exact   | mlp.py: activation_func = F.gelu (config default)|
+| Megatron-LM --use-te-activation-func                 | tanh    | mlp.py: TEActivationOp; TE common/util/math.h    |
 | Megatron-DeepSpeed --openai-gelu                     | tanh    | legacy ParallelMLP: openai_gelu = gelu_impl      |
 | Megatron-DeepSpeed --onnx-safe (without openai-gelu) | exact   | legacy ParallelMLP: erf_gelu                     |
 | a user's own script (no Megatron layers)             | as its  | F.gelu / nn.GELU calls read from its code:       |
@@ -44,12 +45,16 @@ nn.GELU(approximate))."""
 
 def megatron_gelu(flags: FlagValues, framework: str, bias_activation_fusion: bool) -> GeluVariant:
     """The GELU of Megatron's own MLP (module table); without biases (--disable-bias-linear) validate_args switches
-    the fusion off (arguments.py: `if not args.add_bias_linear: args.bias_gelu_fusion = False`)."""
+    the fusion off (arguments.py: `if not args.add_bias_linear: args.bias_gelu_fusion = False`). Megatron-LM's
+    --use-te-activation-func runs Transformer Engine's GELU (mlp.py: TEActivationOp), the tanh formula
+    (transformer_engine/common/util/math.h `gelu`). --onnx-safe is argparse type=bool: any non-empty value is True."""
     if framework == "megatron-deepspeed":
         if flags.get("openai_gelu"):
             return "tanh"
         if flags.get("onnx_safe"):
             return "none"
+    elif flags.get("use_te_activation_func"):
+        return "tanh"
     return "tanh" if bias_activation_fusion and flags.get("add_bias_linear", True) else "none"
 
 

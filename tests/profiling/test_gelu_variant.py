@@ -62,10 +62,31 @@ def test_the_cpu_testbed_runs_exact_gelu_and_its_graph_says_so() -> None:
 @pytest.mark.parametrize("flags, variant", [
     ([], "tanh"),  # bias_gelu_impl: megatron/core/fusions/fused_bias_gelu.py
     (["--disable-bias-linear"], "none"),  # validate_args: no bias, no fusion -> F.gelu
+    (["--no-bias-gelu-fusion"], "none"),  # mlp.py: self.activation_func = F.gelu
+    (["--openai-gelu"], "tanh"), (["--onnx-safe", "True"], "tanh"),  # megatron-core reads neither (legacy only)
+    # TE's GELU (TEActivationOp; transformer_engine common/util/math.h gelu is the tanh formula); the config asserts
+    # it and bias_activation_fusion are not both on (transformer_config.py __post_init__)
+    (["--use-te-activation-func", "--no-bias-gelu-fusion"], "tanh"),
 ])
 def test_megatrons_gelu_follows_its_fusion(flags: list[str], variant: str) -> None:
     _, cfg = resolve_job(["python", "pretrain_gpt.py", *SHAPE, *flags], {})
     assert cfg.gelu_approximate == variant
+
+
+@pytest.mark.parametrize("flags, variant", [
+    ([], "tanh"),
+    (["--openai-gelu"], "tanh"),  # ParallelMLP: openai_gelu (megatron/model/utils.py gelu_impl: the tanh formula)
+    (["--onnx-safe", "True"], "none"),  # ParallelMLP: erf_gelu
+    (["--onnx-safe", "False"], "none"),  # argparse type=bool: bool("False") is True
+    (["--openai-gelu", "--onnx-safe", "1"], "tanh"),  # openai_gelu is tested first
+    (["--no-bias-gelu-fusion"], "none"),
+])
+def test_megatron_deepspeeds_legacy_mlp_reads_its_gelu_flags(tmp_path: Path, flags: list[str], variant: str) -> None:
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_micro_batch_size_per_gpu": 2}')
+    _, cfg = resolve_job(["deepspeed", "--num_gpus", "1", "pretrain_gpt.py", "--deepspeed", "--deepspeed_config",
+                          str(ds), *SHAPE, "--global-batch-size", "2", *flags], {})
+    assert cfg.framework == "megatron-deepspeed" and cfg.gelu_approximate == variant
 
 
 def _profile(*classes: str):
