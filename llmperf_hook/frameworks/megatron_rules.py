@@ -156,11 +156,13 @@ def _check_pipeline(flags: FlagValues) -> None:
             "TransformerConfig: 'pipeline_model_parallel_layout cannot be set with other pipeline layout arguments').")
 
 
-def _check_context_parallel(flags: FlagValues, script_args: Sequence[str], num_layers: int) -> None:
+def _check_context_parallel(flags: FlagValues, script_args: Sequence[str], model: ModelShape,
+                            parallel: ParallelLayout) -> None:
     """validate_args' --hierarchical-context-parallel-sizes assert; TransformerConfig asserts that a --cp-comm-type
     list (more than one value: validate_args unwraps one) names one type per layer, under CP > 1 (transformer_config.py
     HEAD :3103-3108, core_v0.16.1 :1928-1933; since 91a8a4c8dc, 2024-10, with the per-layer list)."""
     types = list_values(script_args, "--cp-comm-type") or []
+    num_layers = model.num_layers
     if len(types) > 1 and flags.get("context_parallel_size", 1) > 1 and len(types) != num_layers:
         raise ConfigError(f"--cp-comm-type {' '.join(types)} (argv) gives {len(types)} types for {num_layers} layers: "
                           f"Megatron's TransformerConfig asserts 'Length of cp_comm_type ({len(types)}) should equal to "
@@ -169,6 +171,25 @@ def _check_context_parallel(flags: FlagValues, script_args: Sequence[str], num_l
     if any("a2a+p2p" in t for t in types) and not flags.has("hierarchical_context_parallel_sizes"):
         raise ConfigError("--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes (arguments.py validate_args "
                           "asserts it). Give the two-level sizes, e.g. --hierarchical-context-parallel-sizes 2 4.")
+    _check_a2a_heads(types, script_args, model, parallel)
+
+
+def _check_a2a_heads(types: Sequence[str], script_args: Sequence[str], model: ModelShape, parallel: ParallelLayout) -> None:
+    """All-to-all context parallelism (--cp-comm-type a2a, Ulysses-style; the a2a level of a2a+p2p, whose size is
+    the first --hierarchical-context-parallel-sizes) spreads each rank's heads over its group: Transformer Engine's
+    AttnFuncWithCPAndQKVOA2A asserts 'The number of attention heads needs to be divisible by CP size!' for the query
+    heads and the key/value heads of each tensor-parallel rank (transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py), at the first forward. Key/value groups fewer than TP are one per rank."""
+    levels = list_values(script_args, "--hierarchical-context-parallel-sizes") or []
+    size = parallel.cp if any(t == "a2a" for t in types) else int(levels[0]) if levels and any(
+        t == "a2a+p2p" for t in types) else 1
+    heads, groups = model.num_attention_heads // parallel.tp, max(model.num_query_groups // parallel.tp, 1)
+    if parallel.cp > 1 and size > 1 and (heads % size or groups % size):
+        raise ConfigError(f"--cp-comm-type {' '.join(types)} spreads each rank's {heads} query heads and {groups} "
+                          f"key/value heads (of {model.num_attention_heads} / {model.num_query_groups} over "
+                          f"tensor-model-parallel-size {parallel.tp}) over an all-to-all group of {size}: Transformer "
+                          "Engine asserts 'The number of attention heads needs to be divisible by CP size!' at the first "
+                          "forward. Use --cp-comm-type p2p, a smaller context-parallel (a2a) size, or a smaller TP.")
 
 
 def _switched_on(script_args: Sequence[str], flag: str) -> bool:
@@ -364,7 +385,7 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_pipeline(flags)
     if ds_flavour:  # Megatron-DeepSpeed: DeepSpeed-MoE and its own recompute/offload flags
         return _check_megatron_deepspeed(flags, script_args, parallel)
-    _check_context_parallel(flags, script_args, model.num_layers)
+    _check_context_parallel(flags, script_args, model, parallel)
     _check_recompute_module_needs(flags, script_args)
     _check_cpu_offloading(flags, model)
     _check_fsdp(flags, parallel, bool(flags.get("fp16")), model.untie_embeddings)

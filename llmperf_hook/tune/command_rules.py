@@ -14,6 +14,8 @@ framework refuses that candidate's command):
   (core/num_microbatches_calculator.py) rounds the training batch down to a multiple of micro x DP and asserts at least
   one micro-batch, so the global batch must be at least micro x DP. Both hold at every node count of an elastic range
   (tune/elastic.py checks them there).
+- --cp-comm-type a2a: Transformer Engine's all-to-all attention needs each TP rank's query and key/value heads to
+  divide by the all-to-all group (frameworks/megatron_rules._check_a2a_heads).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ RAMPUP_RULE = "a --rampup-batch-size step's global batch % (micro_batch*dp) != 0
 EVAL_BATCH_RULE = "eval global batch % (eval micro_batch*dp) != 0"
 ROUNDED_TO_NOTHING_RULE = "global_batch < micro_batch*dp (--decrease-batch-size-if-needed rounds it to 0)"
 DECREASE_FLAG = "--decrease-batch-size-if-needed"
+A2A_HEADS_RULE = "all-to-all context parallel: heads or key/value heads per tp rank % a2a size != 0"
 
 
 def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_size: int | None = None) -> MaskFn:
@@ -43,7 +46,7 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_si
     world = cfg.world_size if world_size is None else world_size
     if cfg.framework not in ("megatron", "megatron-deepspeed"):
         return lambda cols: {}
-    fns = [_rampup_masks(cfg, script_args, world)]
+    fns = [_rampup_masks(cfg, script_args, world), _a2a_heads_masks(cfg, script_args)]
     if cfg.framework == "megatron":  # Megatron-DeepSpeed's older arguments.py has no eval batch of its own
         fns.append(_batch_flag_masks(cfg, script_args, world))
     return all_rules(*fns)
@@ -82,6 +85,22 @@ def _batch_flag_masks(cfg: TrainingConfig, script_args: Sequence[str], world: in
         if decrease:
             out[ROUNDED_TO_NOTHING_RULE] = gbs < cols["mbs"] * dp
         return out
+
+    return masks
+
+
+def _a2a_heads_masks(cfg: TrainingConfig, script_args: Sequence[str]) -> MaskFn:
+    """--cp-comm-type a2a (a2a+p2p: its first --hierarchical-context-parallel-sizes level) spreads each TP rank's
+    query and key/value heads over the all-to-all group (frameworks/megatron_rules._check_a2a_heads, explain's rule)."""
+    types, levels = list_values(script_args, "--cp-comm-type") or [], list_values(script_args, "--hierarchical-context-parallel-sizes")
+    if "a2a" not in types and not ("a2a+p2p" in types and levels and levels[0].isdigit()):
+        return lambda cols: {}
+    heads, groups = cfg.model.num_attention_heads, cfg.model.num_query_groups
+
+    def masks(cols: Mapping[str, np.ndarray]) -> Masks:
+        size = cols["cp"] if "a2a" in types else np.full(cols["cp"].shape, int(levels[0]))
+        per_rank = (heads // cols["tp"]) % size | np.maximum(groups // cols["tp"], 1) % size
+        return {A2A_HEADS_RULE: (cols["cp"] > 1) & (size > 1) & (per_rank != 0)}
 
     return masks
 

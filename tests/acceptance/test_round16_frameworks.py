@@ -71,3 +71,42 @@ def test_fp8_recipe_needs_its_gpu(cluster: str, recipe: str, refused: str | None
     assert code == (2 if refused else 0), err
     if refused:
         assert refused in err and "Traceback" not in err
+
+
+LLAMA3_8B_CP = [*LLAMA3_8B_FP8[:LLAMA3_8B_FP8.index("--tensor-model-parallel-size")]]
+"""The Llama-3-8B example in bf16 (32 query heads, 8 key/value groups), its layout to be given."""
+
+
+@pytest.mark.parametrize(("layout", "refused"), [
+    (["--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "8", "--cp-comm-type",
+      "a2a"], True),  # 16 query / 4 key-value heads per TP rank over 8
+    (["--context-parallel-size", "4", "--cp-comm-type", "a2a"], False),
+    (["--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "8", "--cp-comm-type",
+      "a2a+p2p", "--hierarchical-context-parallel-sizes", "8", "1"], True),
+    (["--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "8", "--cp-comm-type",
+      "a2a+p2p", "--hierarchical-context-parallel-sizes", "2", "4"], False)])
+def test_all_to_all_context_parallel_splits_heads(layout: list[str], refused: bool, capsys) -> None:
+    """--cp-comm-type a2a runs Transformer Engine's AttnFuncWithCPAndQKVOA2A, which asserts 'The number of attention
+    heads needs to be divisible by CP size!' for the query and the key/value heads of each TP rank (attention/
+    dot_product_attention/context_parallel.py); a2a+p2p's all-to-all level is the first hierarchical size. Megatron's
+    validate_args checks neither; llmperf priced the job as a p2p ring."""
+    command = [*LLAMA3_8B_CP, *layout]
+    command[command.index("--nproc-per-node"):command.index("--nproc-per-node") + 2] = ["--nproc-per-node", "8",
+                                                                                          "--nnodes", "2"]
+    code, _, err = run_cli(["explain", "--", *command], capsys)
+    assert code == (2 if refused else 0), err
+    assert ("heads needs to be divisible by CP size" in err) == refused
+
+
+def test_tune_keeps_all_to_all_heads_divisible(tmp_path: Path, capsys, monkeypatch) -> None:
+    """tune keeps --cp-comm-type a2a (it does not search it), so a candidate whose TP x CP splits the heads unevenly
+    is one explain refuses: pruned by name. Here every searched layout (TP 2, CP 8) is such a one and the command's own
+    does not fit, so nothing fits (exit 3); tune proposed TP 2 CP 8 before."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text("context_parallel: [8]\ntensor_parallel: [2]\n")
+    command = [*LLAMA3_8B_CP, "--context-parallel-size", "4", "--cp-comm-type", "a2a"]
+    command[command.index("--nproc-per-node"):command.index("--nproc-per-node") + 2] = ["--nproc-per-node", "8",
+                                                                                          "--nnodes", "2"]
+    code, out, err = run_cli(["tune", "--search", "s.yaml", "--cluster", "dgx-h100", "--", *command], capsys)
+    assert code == 3, out + err
+    assert "all-to-all context parallel" in out + err
