@@ -168,6 +168,10 @@ def check_gates(pred: Any, max_step_time: float | None, require_fit: bool) -> No
     from llmperf_hook.schedule.memory_knobs import describe_knobs
 
     knobs = describe_knobs(pred.config, pred.cluster, mem)  # by how much each knob shrinks the side that is short
+    if not mem.fits and pred.cluster.gpu.device == "cpu":
+        from llmperf_hook.schedule.memory_cpu import cpu_short_message
+
+        raise InfeasibleError(f"{cpu_short_message(mem, pred.config)} {knobs}")
     if not mem.fits:
         raise InfeasibleError(
             f"predicted peak memory {mem.peak_bytes_per_gpu / 2**30:.2f} GiB per GPU (pipeline stage {mem.stage}) "

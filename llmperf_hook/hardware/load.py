@@ -7,7 +7,8 @@ Hardware keys (HARDWARE_KEYS): name, peak_TFLOPs {dtype: TFLOP/s dense}, memory_
 memory_capacity_GiB (or memory_capacity_GB, 1e9 bytes); optional gemm_efficiency, gemm_ramp_us,
 attention_efficiency, memory_efficiency, kernel_launch_us, host_link_GBps (GPU <-> host link per direction, default
 PCIe Gen4 x16: 31.5), compute_capability (CUDA sm major.minor, 0 = unknown), streaming_multiprocessors (SMs per
-GPU of an NVSwitch part, a positive whole number; absent = not stated: no NCCL SM contention priced), description,
+GPU of an NVSwitch part, a positive whole number; absent = not stated: no NCCL SM contention priced), device (gpu or
+cpu; absent: gpu, or cpu for a file `llmperf profile --device cpu` described: hardware_device_of), description,
 sources.
 
 Cluster keys (CLUSTER_KEYS): name, gpu (a hardware NAME or path, or an inline hardware mapping),
@@ -43,7 +44,7 @@ HARDWARE_REQUIRED = ("name", "peak_TFLOPs", "memory_bandwidth_GBps")
 HARDWARE_OPTIONAL = (
     "memory_capacity_GiB", "memory_capacity_GB", "gemm_efficiency", "gemm_ramp_us", "attention_efficiency",
     "memory_efficiency", "kernel_launch_us", "host_link_GBps", "compute_capability", "streaming_multiprocessors",
-    "description", "sources",
+    "device", "description", "sources",
 )
 HARDWARE_KEYS = HARDWARE_REQUIRED + HARDWARE_OPTIONAL
 CLUSTER_REQUIRED = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_GBps", "inter_node_bandwidth_GBps")
@@ -217,7 +218,25 @@ def parse_hardware(raw: Mapping[str, Any], where: str) -> HardwareSpec:
         host_link_bytes_per_s=_number(raw, "host_link_GBps", where, 31.5) * 1e9,
         compute_capability=_number(raw, "compute_capability", where) if "compute_capability" in raw else 0.0,
         streaming_multiprocessors=_count(raw, "streaming_multiprocessors", where),
+        device=hardware_device_of(raw, where),
     )
+
+
+CPU_DESCRIPTION_MARK = "--device cpu"
+"""In the description of every hardware file `llmperf profile --device cpu` (profile/local_hardware.py) and `llmperf
+run`'s cpu-local (hardware/local_cpu.py) wrote before they wrote the device key."""
+
+
+def hardware_device_of(raw: Mapping[str, Any], where: str) -> str:
+    """The YAML's device ("gpu" | "cpu"); absent: "cpu" for a file whose description carries CPU_DESCRIPTION_MARK,
+    else "gpu" (every shipped preset)."""
+    if "device" not in raw:
+        return "cpu" if CPU_DESCRIPTION_MARK in str(raw.get("description", "")) else "gpu"
+    value = str(raw["device"]).strip().lower()
+    if value not in ("gpu", "cpu"):
+        raise UsageError(f"{where}: device must be gpu or cpu, found {raw['device']!r}. Fix the value (cpu: each rank "
+                         "runs on the host's CPU and the ranks of a host share its RAM), or remove it for a GPU.")
+    return value
 
 
 def _count(raw: Mapping[str, Any], key: str, where: str) -> int:

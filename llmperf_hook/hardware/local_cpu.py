@@ -69,7 +69,7 @@ def describe_local_cpu() -> Path:
     memory = memory_capacity_bytes("cpu")
     doc = {"name": LOCAL_CPU, "peak_TFLOPs": {"fp32": round(peak / 1e12, 6), "bf16": round(peak / 2e12, 6)},
            "memory_bandwidth_GBps": round(bandwidth / 1e9, 3), "memory_capacity_GiB": round(memory / 2 ** 30, 2),
-           "gemm_efficiency": 1.0, "memory_efficiency": 1.0,
+           "gemm_efficiency": 1.0, "memory_efficiency": 1.0, "device": "cpu",
            "description": "this machine's CPU, described by `llmperf run --instrument` for a job that runs on it "
                           "(as `llmperf profile --device cpu` would, without its operator samples)",
            "sources": f"measured {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} with numpy: best of 5 fp32 "

@@ -40,6 +40,11 @@ class HardwareSpec:
     """SMs of the GPU (the YAML's streaming_multiprocessors, from the vendor's whitepaper), stated for the parts that
     sit on an NVSwitch fabric: an in-node NCCL ring there holds 24 of them (graph/backward.nccl_sm_share), which a
     GEMM running beside a collective loses. 0 = not stated (PCIe boards, AMD parts, CPUs): no contention priced."""
+    device: str = "gpu"
+    """"gpu", or "cpu" where each rank runs on the host's CPU (DeepSpeed's CPU accelerator, gloo): a rank's memory is
+    then its process's resident memory and the ranks of a host share its RAM (schedule/memory_cpu.py). The YAML's
+    device key; absent, a file `llmperf profile --device cpu` (or `llmperf run`'s cpu-local) wrote is a CPU by its
+    description, as refine/refine_run.hardware_device reads it (hardware/load.py hardware_device_of)."""
 
     def peak_for(self, dtype: str) -> float:
         """Dense peak for `dtype`; fp8 falls back to bf16 and bf16 to fp16 where a GPU lacks them."""

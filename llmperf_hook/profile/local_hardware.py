@@ -249,6 +249,7 @@ def write_hardware_yaml(name: str, device: str, peaks_flop_per_s: dict[str, floa
         "memory_capacity_GiB": round(memory_capacity_bytes(device) / 2**30, 2),
         # Measured peaks are what the device reaches, so the roofline's efficiencies are 1.
         "gemm_efficiency": 1.0, "memory_efficiency": 1.0,
+        "device": "cpu" if device == "cpu" else "gpu",  # a CPU rank's memory is its process's (schedule/memory_cpu.py)
         "description": f"{fingerprint(device, threads)['device']} measured by `llmperf profile --device {device}` "
                        f"with {threads} thread(s) per rank" if device == "cpu" else
                        f"{fingerprint(device, threads)['device']} measured by `llmperf profile --device {device}`",

@@ -42,6 +42,15 @@ def _host_memory(mem: "MemoryEstimate") -> dict[str, Any]:
             "components": {k: int(v) for k, v in mem.host_components.items()}}
 
 
+def _cpu_memory(pred: "Prediction") -> dict[str, Any]:
+    """A CPU job's host verdict (schedule/memory_cpu.py): capacity_bytes is the host's RAM, headroom_bytes that less
+    the host's ranks and offloads; peak_bytes_per_gpu is the busiest rank's resident memory."""
+    from llmperf_hook.schedule.memory_cpu import host_ranks_bytes
+
+    ranks, ranks_sum = host_ranks_bytes(pred.config, pred.estimate.memory.per_stage_peak_bytes)
+    return {"device": "cpu", "ranks_per_host": ranks, "host_ranks_bytes": ranks_sum}
+
+
 def render_prediction_json(pred: "Prediction", config: dict[str, Any], schema: int) -> dict[str, Any]:
     est, mem = pred.estimate, pred.estimate.memory
     return {
@@ -60,6 +69,7 @@ def render_prediction_json(pred: "Prediction", config: dict[str, Any], schema: i
             "stage": mem.stage,
             "components": {k: int(v) for k, v in mem.components.items()},
             "host": _host_memory(mem),
+            **(_cpu_memory(pred) if pred.cluster.gpu.device == "cpu" else {}),
         },
         "breakdown": {k: _r(v) for k, v in est.breakdown.items()},
         "stages": [{"stage": s.stage, "num_layers": s.num_layers, "fwd_s": _r(s.fwd_s), "bwd_s": _r(s.bwd_s),

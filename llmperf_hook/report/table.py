@@ -81,19 +81,38 @@ def _fragmentation_note(mem: "MemoryEstimate") -> str:
             else f", beyond the {freeable} of cached segments PyTorch frees on demand")
 
 
+def _gpu_memory_lines(mem: "MemoryEstimate") -> list[str]:
+    margin = "headroom" if mem.headroom_bytes >= 0 else "short by"
+    return [f"  memory per GPU   {fmt_bytes(mem.peak_bytes_per_gpu)} of {fmt_bytes(mem.capacity_bytes)}: "
+            f"{verdict_words(mem.fits, mem.tight)} ({margin} {fmt_bytes(abs(mem.headroom_bytes))}"
+            f"{_fragmentation_note(mem)}; busiest stage {mem.stage})", *_host_memory_lines(mem)]
+
+
+def _cpu_memory_lines(pred: "Prediction") -> list[str]:
+    """A CPU job (schedule/memory_cpu.py): the busiest rank's resident memory, and the verdict of the busiest host's
+    ranks (and what its offloads pin) against the host's RAM."""
+    from llmperf_hook.schedule.memory_cpu import RESIDENT_PART, host_ranks_bytes
+
+    mem = pred.estimate.memory
+    ranks, ranks_sum = host_ranks_bytes(pred.config, mem.per_stage_peak_bytes)
+    offload = f" + {fmt_bytes(mem.host_bytes_per_node)} offloaded" if mem.host_components else ""
+    margin = "headroom" if mem.headroom_bytes >= 0 else "short by"
+    return [f"  memory per rank  {fmt_bytes(mem.peak_bytes_per_gpu)} resident at its peak (busiest stage {mem.stage}; "
+            f"{fmt_bytes(mem.components.get(RESIDENT_PART, 0))} of it the process before any tensor)",
+            f"  memory per host  {ranks} rank{'s' if ranks != 1 else ''}{offload}: "
+            f"{fmt_bytes(ranks_sum + mem.host_bytes_per_node)} of {fmt_bytes(mem.capacity_bytes)} RAM: "
+            f"{verdict_words(mem.fits, mem.tight)} ({margin} {fmt_bytes(abs(mem.headroom_bytes))})"]
+
+
 def render_prediction_table(pred: "Prediction") -> str:
     est, mem = pred.estimate, pred.estimate.memory
-    verdict = verdict_words(mem.fits, mem.tight)
-    margin = "headroom" if mem.headroom_bytes >= 0 else "short by"
+    on_cpu = pred.cluster.gpu.device == "cpu"
     lines = [
         _config_line(pred), "",
         f"  step time        {fmt_seconds(est.step_time_s)}",
         f"  throughput       {fmt_rate(est.tokens_per_s)} ({fmt_rate(est.tokens_per_s / pred.config.world_size)} per GPU)",
         f"  MFU              {est.mfu * 100:.1f} %  {_mfu_basis(pred)}",
-        f"  memory per GPU   {fmt_bytes(mem.peak_bytes_per_gpu)} of {fmt_bytes(mem.capacity_bytes)}: {verdict} "
-        f"({margin} {fmt_bytes(abs(mem.headroom_bytes))}{_fragmentation_note(mem)}; "
-        f"busiest stage {mem.stage})",
-        *_host_memory_lines(mem),
+        *(_cpu_memory_lines(pred) if on_cpu else _gpu_memory_lines(mem)),
         "", f"  where the step goes (critical stage {est.critical_stage}):",
     ]
     for key, seconds in sorted(est.breakdown.items(), key=lambda kv: -kv[1]):

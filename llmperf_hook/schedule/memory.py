@@ -25,6 +25,8 @@ Activations: schedule/activations.py (Korthikanti et al. 2022) times the micro-b
 Overheads (documented constants below): CUDA context and library workspaces, NCCL buffers per
 communicator, DeepSpeed's bucket buffers; and the caching allocator's reserve over the allocated peak
 (allocator_fragmentation, schedule/allocator_reserve.py), which what must fit leaves out (schedule/memory_fit.py).
+A rank on CPU hardware (HardwareSpec.device "cpu") has none of the GPU's overheads but its process's measured
+resident memory, and its host's ranks share one RAM: schedule/memory_cpu.py.
 Two phases: the backward (state + activations + buffers; without gradients where they are freed at every step and
 the step has one micro-batch: schedule/gradient_lifetime.py) and the optimizer step (DeepSpeed's fp32 cast of the
 gradient partition, torch.optim's foreach temporaries: optimizer_step_bytes); the peak is the larger, the
@@ -51,6 +53,7 @@ from llmperf_hook.schedule.allocator_reserve import (allocator_reserve_bytes, gr
                                                      loss_blocks)
 from llmperf_hook.schedule.gradient_lifetime import (backward_starts_without_gradients, bucket_allocated_after_loss,
                                                      gradients_freed_each_step)
+from llmperf_hook.schedule.memory_cpu import cpu_memory_estimate, cpu_rank_buffers, cpu_rank_memory, on_cpu
 from llmperf_hook.schedule.memory_fit import fit_verdict
 from llmperf_hook.schedule.memory_rule import must_fit_bytes
 from llmperf_hook.schedule.optimizer_state import (foreach_step_temporary_bytes_per_param, optimizer_bytes_per_param,
@@ -386,6 +389,9 @@ def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
     backward's transients, which it replaces."""
     parts = {**state_bytes(cfg, stage, gpus_per_node, gpu), **activation_bytes(cfg, stage),
              **buffer_bytes(cfg, stage, gpus_per_node)}
+    if on_cpu(gpu):  # no CUDA context / NCCL; DeepSpeed's buckets resident by the gradients written (memory_cpu.py)
+        bucket_elems = (cfg.optimizer.grad_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * zero_bucket_count(cfg)
+        parts = cpu_rank_buffers(parts, bucket_elems, stage.num_params)
     parts = one_peak_of_two(parts)
     if bucket_allocated_after_loss(cfg) and "logits_and_loss" in parts and "zero_buckets" in parts:
         smaller = min(("zero_buckets", "logits_and_loss"), key=lambda k: parts[k])
@@ -405,6 +411,8 @@ def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
     if top_up > 0:
         # The optimizer step is the peak (the two phases never overlap): the components sum to the larger.
         parts["optimizer_step_working_set"] = top_up
+    if on_cpu(gpu):
+        return cpu_rank_memory(cfg, parts)  # the C library's allocator: no caching-allocator reserve
     allocated = sum(parts.values()) - parts.get("cuda_context", 0.0)
     held_later = max(0.0, top_up) + (parts["gradients"] if no_grads else 0.0)
     partition, step_buffers = step_flat_buffers(cfg, stage, gpus_per_node)
@@ -513,6 +521,8 @@ def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -
     worst = max(range(len(peaks)), key=lambda i: peaks[i])
     capacity = cluster.gpu.memory_capacity_bytes
     host = host_memory_per_node(cfg, graph, cluster, gpus_per_node)
+    if on_cpu(cluster.gpu):  # peak RSS per rank; the host's ranks and offloads against its RAM (memory_cpu.py)
+        return cpu_memory_estimate(cfg, cluster, per_stage, host)
     # what each rank allocates and the residue it cannot free must fit, its cached segments need not
     # (schedule/memory_rule.py); every stage, since the busiest by peak need not be the busiest by must-fit bytes
     must = [stage_must_fit_bytes(parts) for parts in per_stage]

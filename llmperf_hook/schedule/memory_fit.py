@@ -84,6 +84,10 @@ def _fixes(cfg: TrainingConfig) -> str:
 
 def tight_fit_warning(mem: MemoryEstimate, cfg: TrainingConfig) -> str:
     """The warning of a tight fit: the margin, the fragmentation term and the fix."""
+    from llmperf_hook.schedule.memory_cpu import cpu_tight_warning, runs_on_cpu
+
+    if runs_on_cpu(mem):  # a host's RAM, not a GPU's allocator
+        return cpu_tight_warning(mem, cfg)
     peak, cap, frag = mem.peak_bytes_per_gpu, mem.capacity_bytes, mem.fragmentation_bytes
     if peak > cap:
         why = (f"the predicted peak {peak / GiB:.2f} GiB per GPU exceeds the {cap / GiB:.2f} GiB of the GPU by "

@@ -206,7 +206,8 @@ def describe_knobs(cfg: TrainingConfig, cluster: ClusterSpec, mem: MemoryEstimat
     if not effects:
         return "No single knob llmperf can price frees memory here; see `llmperf tune`."
     gpu_side = not mem.fits
-    what, unit = ("peak", "per GPU") if gpu_side else ("host memory", "per node")
+    what, unit = ("peak", "per rank" if cluster.gpu.device == "cpu" else "per GPU") if gpu_side else \
+        ("host memory", "per node")
     parts = []
     for e in effects:
         after = e.memory.peak_bytes_per_gpu if gpu_side else e.memory.host_bytes_per_node
