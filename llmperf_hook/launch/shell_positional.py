@@ -23,6 +23,7 @@ class _Script(Protocol):
     frames: list[dict[str, str | None]]
     undecidable: set[str]
     exported: set[str]
+    readonly: set[str]
     shell: tuple[str, str]
     kind: str
     path: str
@@ -149,6 +150,8 @@ def _declare(script: _Script, line: ScriptLine, words: list[str]) -> None:
             script.assign([word])
         if "x" in options:  # `declare -x NAME=value`: exported, as `export` (bash manual 4.2 declare)
             script.exported.add(name)
+        if (words[0] == "readonly" or "r" in options) and "f" not in options:  # `unset NAME` fails from now on
+            script.readonly.add(name)
 
 
 def _computed_name(script: _Script, line: ScriptLine, written: str) -> str:

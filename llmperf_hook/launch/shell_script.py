@@ -214,6 +214,8 @@ _ASSIGNMENT_START = re.compile(r"[A-Za-z_]\w*\+?=")
 _UNQUOTED_ALL = re.compile(r"\$(?:\{[@*]\}|[@*])")
 """`$@` / `$*` (`${@}`, `${*}`): unquoted, each argument is a word, itself split at blanks (bash manual 3.4.2)."""
 _BLANKS = re.compile(r"([ \t\n]+)")
+_CASE_WORD = re.compile(r"(?:^|[\s;&|(])case\s+$")
+"""Text that ends where the word of a `case` command starts (`case x$@ in`: bash does not split that word)."""
 
 
 def _unquoted_fields(args: Sequence[str]) -> str:
@@ -271,11 +273,12 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
 
     def unquoted_args(found: re.Match[str]) -> str:
         """An unquoted `$@` / `$*` within a word (`"x "$@" y"`, `x$*y`): _unquoted_fields. Not in an assignment
-        (`A=x$@` is one word, 3.4) nor in a command substitution (its own command)."""
+        (`A=x$@`, `A="x y"$@` is one word, 3.4), the word after `case` (not split, 3.2.5.2), nor in a command
+        substitution (its own command)."""
         at = found.start()
-        word = text[:at][max(text.rfind(c, 0, at) for c in " \t;&|(") + 1:]
-        if at >= end or not outside[at] or _ASSIGNMENT_START.match(word) or \
-                text.count("$(", 0, at) > text.count(")", 0, at) or text.count("`", 0, at) % 2:
+        start = next((i + 1 for i in range(at - 1, -1, -1) if outside[i] and text[i] in " \t;&|("), 0)
+        if at >= end or not outside[at] or _ASSIGNMENT_START.match(text, start) or _CASE_WORD.search(text, 0, start) \
+                or text.count("$(", 0, at) > text.count(")", 0, at) or text.count("`", 0, at) % 2:
             return found.group(0)
         return _unquoted_fields(args)
 

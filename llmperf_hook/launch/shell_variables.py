@@ -158,6 +158,9 @@ class ShellVariables:
     nounset: bool = False
     """`set -u` / `set -o nounset`: expanding an unset variable is an error that ends the script (bash manual 4.3.1;
     script_stops.stop_on_nounset)."""
+    readonly: set[str] = field(default_factory=set)
+    """Names `readonly NAME` / `declare -r NAME` made read-only: `unset NAME` fails on them and they keep their value
+    (bash manual 4.1 `unset`: 'Readonly variables and functions may not be unset'; builtins/set.def unset_builtin)."""
     removed: set[str] = field(default_factory=set)
     """Names `unset NAME` / `unset -v NAME` removed (bash manual 4.1 Bourne Shell Builtins, `unset`), also on a
     condition llmperf cannot decide (applied and noted, as an assignment there is), until a command the reading does
@@ -457,6 +460,8 @@ class ShellVariables:
                 functions.pop(name, None)
                 if "f" in options:
                     continue
+            if name in self.readonly:  # 'unset: X: cannot unset: readonly variable': X keeps its value
+                continue
             element = _UNSET_ELEMENT.fullmatch(name)
             if element is not None:
                 self.unset_element(*element.groups())

@@ -43,6 +43,12 @@ UNQUOTED_ALL = {  # bash manual 3.4.2 Special Parameters (`@`, `*`) and 3.5.7 Wo
     "star_glued": T + ' --tag "x"$*"y" --seed 1\n',
     "after_an_option_sign": T + " --tag=$@ --seed 1\n",
     "in_a_function": 'run() { ' + T + ' --tag "<"$@">" --seed 1; }\nrun "$@"\n',
+    # R80: an assignment's word is one word (3.4) also where a quoted blank stands before `$@`, and the word after
+    # `case` is not split (3.2.5.2): both were read as split words (`A` unknown, 'no launch line')
+    "assigned_after_a_quoted_blank": 'A="x y"$@\n' + T + ' --tag "$A" --seed 1\n',
+    "exported_after_a_quoted_blank": 'export A="x y"$@\n' + T + ' --tag "$A" --seed 1\n',
+    "local_after_a_quoted_blank": 'f() { local A="x y"$@; ' + T + ' --tag "$A"; }\nf "$@"\n',
+    "case_word": 'case x$@ in *) ' + T + ' --tag ok;; esac\n',
 }
 
 
@@ -75,6 +81,12 @@ UNSET = {  # bash manual 4.1 Bourne Shell Builtins `unset`, 3.5.3, 4.3.1 `set -u
     "nounset_unset_then_read": f"set -u\nunset X\nread -r X <<< --fp16\n{T} $X\n",
     "nounset_unset_then_set": f"set -u\nX=1\nunset X\nX=--fp16\n{T} $X\n",
     "nounset_unset_in_a_test": f"set -u\nX=1\nunset X\nif [ -n \"$X\" ]; then :; fi\n{T}\n",
+    # R80: bash refuses to unset a readonly variable ('X: cannot unset: readonly variable'): X keeps its value (it was
+    # read as unset: an empty word, and under set -u a refusal of a script bash launches)
+    "readonly_then_unset": f"readonly X=--bf16\nunset X\n{T} $X --a \"$X\"\n",
+    "declare_r_then_unset": f"declare -r X=--bf16\nunset -v X\n{T} $X\n",
+    "nounset_readonly_then_unset": f"set -u\nX=--bf16\nreadonly X\nunset X\n{T} $X\n",
+    "readonly_in_a_subshell_then_unset": f"X=--bf16\n(readonly X)\nunset X\n{T} --a \"$X\"\n",
 }
 
 
