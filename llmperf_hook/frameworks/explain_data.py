@@ -121,7 +121,9 @@ def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str,
         values["unfused_kernels"] = ", ".join(name for field, name in FUSION_FIELDS.items() if not getattr(cfg, field))
     if "hidden_dropout" in cfg.sources:  # a user's script under Megatron's flags (frameworks/script_dropout.py)
         values.update(hidden_dropout=cfg.hidden_dropout, attention_dropout=cfg.attention_dropout)
-    if "gelu_approximate" in cfg.sources and not m.swiglu:  # the GELU a user's script runs (frameworks/script_gelu.py)
+    # the GELU a user's script runs, or an exact one of Megatron's MLP (frameworks/script_gelu.py); absent: tanh.
+    # refine files the run's aten::gelu samples by it (instrument/op_profile.by_gelu_variant).
+    if ("gelu_approximate" in cfg.sources or cfg.gelu_approximate != "tanh") and not m.swiglu:
         values["gelu_approximate"] = cfg.gelu_approximate
     out: dict[str, Any] = {k: values[k] for k in (*EXPLAIN_KEYS, *DEEPSEEK_KEYS, *MOE_DISPATCH_KEYS,
                                                   *DEEPSPEED_EXTRA_KEYS, "unfused_kernels", "cuda_device_max_connections",

@@ -11,11 +11,13 @@ op that created it), which is exactly the graph's "one bwd op = dgrad + wgrad of
 | aten::bmm / matmul (batched)                     | bmm           | batch, m, n, k                         |
 | aten::scaled_dot_product_attention               | attention     | b, s, heads, kv_heads, head_dim, causal |
 | aten::layer_norm / aten::rms_norm                | layernorm / rmsnorm | tokens, hidden                   |
-| aten::gelu, aten::softmax, aten::add (same-shape)| gelu, softmax, residual_add | elements / rows, cols    |
+| aten::gelu, aten::softmax, aten::add (same-shape)| gelu*, softmax, residual_add | elements / rows, cols   |
 | aten::embedding                                  | embedding     | tokens, vocab, hidden                  |
 | aten::cross_entropy_loss / nll_loss              | cross_entropy | tokens, vocab                          |
 | Optimizer.step#*                                 | optimizer     | params                                 |
 | gloo:/nccl: work of a c10d:: collective (pair_collectives) | allreduce, allgather, reducescatter, broadcast, alltoall, p2p | bytes |
+
+* gelu_exact when the job runs the exact GELU: refine files the samples by the job's variant (by_gelu_variant).
 
 A collective's phase is the one it ran in (collective_phase), as the graph places it: "fwd" in a forward (a
 tensor-parallel all-reduce, ZeRO-3's parameter fetch), "bwd" in a backward (a gradient reduction from a
@@ -33,7 +35,7 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from llmperf_hook.graph.op import COLLECTIVE_CLASSES
 from llmperf_hook.instrument.profiler_stderr import without_kineto_usdt_lines
@@ -337,6 +339,18 @@ def map_events(events: Sequence[ProfEvent]) -> list[dict[str, Any]]:
              "count": len(v), "torch_names": sorted(names[(c, p, tuple(sorted(d.items())), t)])}
             for (c, p, d_items, t), v in sorted(groups.items(), key=lambda kv: str(kv[0]))
             for d in [dict(d_items)]]
+
+
+def by_gelu_variant(samples: Sequence[Mapping[str, Any]], approximate: str) -> list[Mapping[str, Any]]:
+    """`samples` with the gelu ones under the profile class of the job's GELU (`approximate`, in torch's names:
+    TrainingConfig.gelu_approximate as the launch's prediction recorded it): "none", the exact GELU, is the profile's
+    gelu_exact (profile/features.GELU_EXACT), "gelu" samples the tanh one. The event itself cannot tell: torch's
+    profiler records aten::gelu's `approximate` string as None among its concrete inputs (torch 2.13)."""
+    if approximate != "none":
+        return list(samples)
+    from llmperf_hook.profile.features import GELU_EXACT
+
+    return [{**s, "op_class": GELU_EXACT} if s.get("op_class") == "gelu" else s for s in samples]
 
 
 def _add(groups: dict, names: dict, key: tuple, seconds: float, torch_name: str) -> None:

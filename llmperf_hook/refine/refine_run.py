@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
+from llmperf_hook.instrument.op_profile import by_gelu_variant
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration
 from llmperf_hook.refine.config_fingerprint import fingerprint_from_config_json
@@ -204,7 +205,9 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     store.record_steps(conn, job_id, steps)
     usable_key = None if mismatch else key
     store.record_shared_steps(conn, job_id, usable_key and (key.hardware, key.cluster, key.framework), shown, steps)
-    samples = op_records(run.records, job_id)
+    # the profiler cannot tell which GELU ran; the job's config at launch can (instrument/op_profile.py)
+    samples = by_gelu_variant(op_records(run.records, job_id),
+                              str(((prediction or {}).get("config") or {}).get("gelu_approximate", "tanh")))
     op_hardware = None if mismatch else key.hardware if key else hardware  # the key needs a cluster; samples do not
     earlier_ops = store.op_sample_groups(conn, job_id)  # an earlier refine's, maybe under another hardware
     store.forget_op_samples(conn, job_id)

@@ -153,3 +153,13 @@ def test_the_sampler_times_each_variant() -> None:
     assert torch.equal(outputs["gelu_exact"], torch.nn.functional.gelu(x))
     assert torch.equal(outputs["gelu"], torch.nn.functional.gelu(x, approximate="tanh"))
     assert make_runner("gelu_exact", {"elements": 4096}, True, "fp32", "cpu")()[0].shape == (4096,)
+
+
+@pytest.mark.parametrize("flags, listed", [([], None), (["--disable-bias-linear"], "none"), (["--swiglu"], None)])
+def test_the_launch_config_says_when_megatrons_gelu_is_exact(flags: list[str], listed: str | None) -> None:
+    """refine files a run's aten::gelu samples by the prediction's gelu_approximate (absent: tanh), so an exact GELU
+    is listed for Megatron's own MLP too, not only for a user's script."""
+    from llmperf_hook.frameworks.explain_data import explain_json
+
+    _, cfg = resolve_job(["python", "pretrain_gpt.py", *SHAPE, *flags], {})
+    assert explain_json(cfg).get("gelu_approximate") == listed

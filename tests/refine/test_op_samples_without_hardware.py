@@ -40,3 +40,21 @@ def test_hardware_option_stores_them_for_that_hardware(tmp_path: Path, monkeypat
     assert "op samples of cpu-test stored" in job.op_refit
     with open_store(tmp_path / "home" / "store.sqlite") as store:
         assert [r.op_class for r in store.query_op_samples("cpu-test")] == ["gelu"]
+
+
+@pytest.mark.parametrize("config, stored", [
+    ({"gelu_approximate": "none"}, "gelu_exact"),  # the job's F.gelu is exact: the profile's gelu_exact class
+    ({"gelu_approximate": "tanh"}, "gelu"),
+    ({}, "gelu"),  # an explain config without the field: the default, tanh
+])
+def test_a_runs_gelu_samples_are_stored_under_the_jobs_variant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               config: dict, stored: str) -> None:
+    """torch's profiler keeps no `approximate` of aten::gelu (its concrete inputs read None), so the variant is the
+    job's, from the prediction made at launch (instrument/op_profile.by_gelu_variant)."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]}, prediction={"config": config})
+    with open(run / "rank0.jsonl", "a") as f:
+        f.write(OP)
+    refine_run(run, hardware="cpu-test")
+    with open_store(tmp_path / "home" / "store.sqlite") as store:
+        assert [r.op_class for r in store.query_op_samples("cpu-test")] == [stored]
