@@ -37,7 +37,7 @@ def test_the_testbed_casts_its_model_and_steps_torch_adamw() -> None:
 
 
 @pytest.mark.parametrize(("body", "expected"), [
-    ("model = nn.Linear(4, 4).half()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n", ("sgd", "foreach")),
+    ("model = nn.Linear(4, 4).half()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n", ("sgd", "sgd")),
     ("from torch.optim import AdamW\nm = nn.Linear(4, 4)\nm = m.to(dtype=torch.bfloat16)\n"
      "opt = AdamW(m.parameters(), fused=True)\n", ("adam", "fused")),
     ("m = nn.Linear(4, 4)\nx = torch.ones(4).to(torch.bfloat16)\nopt = torch.optim.AdamW(m.parameters())\n", None),
