@@ -44,7 +44,8 @@ from llmperf_hook.predict.host_issue import pass_host_s, queued_pass_s
 from llmperf_hook.schedule.op_timeline import hidden_comm, op_events
 from llmperf_hook.schedule.pipeline import PipelineResult, simulate_lockstep, simulate_pipeline_and_free
 from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
-from llmperf_hook.schedule.zero3_hook_overlap import hooked_pass, pass_hooks_s
+from llmperf_hook.schedule.zero3_hook_overlap import (fetch_syncs_device, hooked_pass, pass_hooks_s,
+                                                      recomputed_hook_share)
 
 
 
@@ -302,7 +303,7 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     tp_overlap = cfg.optimizer.tp_comm_overlap
     fwd, bwd = _chunk_passes(graph, seconds, tp_overlap, host_per_op_s)
     last_backward = [row[0] for row in bwd]  # before any partition gather is added: the pass's own queue
-    fwd, bwd = with_zero3_hooks(graph, fwd, bwd, tp_overlap, host_per_op_s, cfg.optimizer.zero3_list_param_gather)
+    fwd, bwd = with_zero3_hooks(graph, fwd, bwd, cfg, host_per_op_s)
     p2p_s = seconds[op_id(graph.p2p)] if graph.p2p is not None else 0.0
     if graph.p2p_gather is not None:
         fwd, bwd = _with_partition_gathers(fwd, bwd, seconds[op_id(graph.p2p_gather)])
@@ -347,14 +348,14 @@ def _chunk_passes(graph: OpGraph, seconds: dict[str, float], tp_overlap: bool,
     return fwd, bwd
 
 
-def with_zero3_hooks(graph: OpGraph, fwd: list[list[PassCost]], bwd: list[list[PassCost]], tp_overlap: bool,
-                     host_per_op_s: float, fetch_syncs: bool = False) -> tuple[list[list[PassCost]], list[list[PassCost]]]:
+def with_zero3_hooks(graph: OpGraph, fwd: list[list[PassCost]], bwd: list[list[PassCost]], cfg: TrainingConfig,
+                     host_per_op_s: float) -> tuple[list[list[PassCost]], list[list[PassCost]]]:
     """Passes with DeepSpeed ZeRO-3's hook host time (graph/zero3_hooks.py: its step op carries the step's total)
     run on the host beside their kernels (schedule/zero3_hook_overlap.py), a stage's chunks sharing it equally;
-    added to them where every fetch synchronises the device (`fetch_syncs`: releases before v0.5.5,
-    OptimizerConfig.zero3_list_param_gather) or no host model runs."""
-    overlap = host_per_op_s > 0 and not fetch_syncs
-    side_stream = lambda op: hidden_comm(op, tp_overlap)  # noqa: E731
+    added to them where every fetch synchronises the device (zero3_hook_overlap.fetch_syncs_device) or no host
+    model runs."""
+    overlap = host_per_op_s > 0 and not fetch_syncs_device(cfg)
+    side_stream = lambda op: hidden_comm(op, cfg.optimizer.tp_comm_overlap)  # noqa: E731
     for i, stage in enumerate(graph.stages):
         hooks_s = sum(float(op.tags["host_s"]) / int(op.dims["microbatches"])
                       for op in stage.step_ops if op.name == ZERO3_HOOKS_OP) / len(stage.chunks)
@@ -362,11 +363,11 @@ def with_zero3_hooks(graph: OpGraph, fwd: list[list[PassCost]], bwd: list[list[P
             continue
         for j, chunk in enumerate(stage.chunks):
             f, b = fwd[i][j], bwd[i][j]
-            recomputed = b.recompute_s / f.compute_s if f.compute_s > 0 else 0.0
+            recomputed = recomputed_hook_share(cfg, b.recompute_s, f.compute_s)
             f_host = sum(pass_host_s(bl.fwd, host_per_op_s, side_stream) * bl.count for bl in chunk.blocks)
             b_host = sum(pass_host_s(bl.bwd, host_per_op_s, side_stream) * bl.count for bl in chunk.blocks)
-            fwd[i][j] = hooked_pass(f, f_host, pass_hooks_s(hooks_s, False, recomputed), overlap)
-            bwd[i][j] = hooked_pass(b, b_host, pass_hooks_s(hooks_s, True, min(1.0, recomputed)), overlap)
+            fwd[i][j] = hooked_pass(f, f_host, pass_hooks_s(hooks_s, False, 0.0), overlap)
+            bwd[i][j] = hooked_pass(b, b_host, pass_hooks_s(hooks_s, True, recomputed), overlap)
     return fwd, bwd
 
 

@@ -15,6 +15,10 @@ What the host and the GPU share (DeepSpeed edaa722, deepspeed/runtime/zero/):
   host waits for the pass's last kernel there.
 Before v0.5.5 every fetch ran after `torch.cuda.synchronize()` (frameworks/deepspeed_release.py, c0eeb69df): the
 host waited for the device at every module, so the hooks add to the pass (OptimizerConfig.zero3_list_param_gather).
+So they do today with overlap_comm false on a partition group of one rank: the all-gather stream is then the
+default stream (parameter_offload.py: `Stream() if overlap_comm else default_stream()`), and a one-rank fetch's
+handle (partition_parameters.py NoGatherCoalescedHandle.wait) calls `current_stream().synchronize()` on it, the
+compute stream (fetch_syncs_device). With more ranks that handle waits on NCCL's work, a stream wait.
 From v0.5.5 on, within a pass the host issues kernels and runs hooks while the GPU runs what it was given, and the two meet at
 the end of each backward: a pass takes the longer of its GPU time and its host time (the issue of its ops,
 predict/host_issue.pass_host_s, plus its hooks), not their sum. Where the GPU is idle for the hooks (the small
@@ -27,14 +31,20 @@ steps): forward, the pre-forward hook 0.096 s (fetch) and the forward's 264 of 5
 (0.043 s); backward, the pre-backward hooks 0.057 s, the post-backward hooks 0.068 s (releases) and the gradient
 hooks 0.096 s: 0.139 / (0.139 + 0.221) = 0.39 of the hook time is the forward's. Under activation checkpointing the
 recomputed forward runs its modules again and so their fetch and release hooks (fetch_sub_module's
-`in_checkpoint_recompute`): the backward also carries the forward's share in proportion to the forward it
-recomputes.
+`in_checkpoint_recompute`): under full recompute the backward also carries the forward's share in proportion to the
+forward it recomputes. Selective recompute re-runs the core attention, which holds no parameter: nothing to fetch.
+
+The host and the device meet only at the backward's end, not between a micro-batch's forward and backward (the
+testbed script reads no loss in between), so max() per pass is the upper end: a forward whose kernels outlast its
+hooks lets the host start the backward's early; per micro-batch it would be max(GPU, host) over both passes.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import TypeVar
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
 
 ZERO3_HOOK_FORWARD_SHARE = 0.39
 """Share of ZeRO-3's hook host time spent in the forward pass (module docstring: the development cProfile)."""
@@ -52,6 +62,21 @@ def hooked_pass(cost: Pass, pass_host_s: float, hooks_s: float, overlap: bool) -
     total_s = cost.total_s  # type: ignore[attr-defined]
     longer_s = max(total_s, pass_host_s + hooks_s) if overlap else total_s + hooks_s
     return replace(cost, total_s=longer_s, hooks_wait_s=longer_s - total_s)  # type: ignore[type-var]
+
+
+def fetch_syncs_device(cfg: TrainingConfig) -> bool:
+    """Whether every ZeRO-3 fetch waits for the device, so that the hooks add to the pass (module docstring): DeepSpeed
+    before v0.5.5, or overlap_comm false (OptimizerConfig.overlap_grad_reduce) on one data-parallel rank."""
+    o = cfg.optimizer
+    return o.zero3_list_param_gather or (not o.overlap_grad_reduce and cfg.parallel.dp == 1)
+
+
+def recomputed_hook_share(cfg: TrainingConfig, recompute_s: float, forward_s: float) -> float:
+    """Share of the forward's fetch and release hooks the backward runs again: the recomputed share of the forward
+    under full recompute; none under selective recompute (the core attention holds no parameter)."""
+    if cfg.recompute.granularity != "full" or forward_s <= 0.0:
+        return 0.0
+    return min(1.0, recompute_s / forward_s)
 
 
 def pass_hooks_s(hooks_per_microbatch_s: float, backward: bool, recomputed_share: float) -> float:

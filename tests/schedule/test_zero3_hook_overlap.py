@@ -63,7 +63,7 @@ def _zero3(tmp_path: Path, layers: int, hidden: int, micro: int, heads: int = 16
 
 
 def test_large_layers_hide_their_hooks_small_ones_do_not(tmp_path: Path) -> None:
-    """4 layers: 52 tensors. hidden 8192, micro-batch 8: each layer's GEMMs outlast its hooks (~0.2 ms a tensor),
+    """4 layers: 52 tensors. hidden 8192, micro-batch 8: each layer's GEMMs outlast its hooks (~0.4 ms a tensor),
     nothing shows; hidden 512, micro-batch 1: the GPU idles for almost all of them."""
     big_s, big = _zero3(tmp_path, 4, 8192, 8, heads=64)
     assert big.get("host_zero3_hooks", 0.0) == 0.0
@@ -88,3 +88,50 @@ def test_releases_whose_fetch_synchronises_add_the_hooks(tmp_path: Path) -> None
     parts = old.estimate.breakdown
     assert parts["host_zero3_hooks"] == pytest.approx(52 * ZERO3_HOOK_S_PER_TENSOR, rel=1e-6)
     assert sum(parts.values()) == pytest.approx(old.estimate.step_time_s, rel=1e-6)
+
+
+def _large(tmp_path: Path, zero: dict, gpus: int) -> dict[str, float]:
+    """The 4 x 8192 model, micro-batch 8, whose kernels hide today's hooks, with `zero` in zero_optimization."""
+    ds = tmp_path / "ds3.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3, **zero}, "train_micro_batch_size_per_gpu": 8,
+                              "train_batch_size": 8 * gpus}))
+    shape = ["--no-pipeline-parallel", "--num-layers", "4", "--hidden-size", "8192", "--num-attention-heads", "64",
+             "--seq-length", "2048", "--max-position-embeddings", "2048", "--vocab-size", "32000", "--bf16",
+             "--micro-batch-size", "8", "--global-batch-size", str(8 * gpus)]
+    pred = predict_command(["deepspeed", "--num_gpus", str(gpus), TRAIN, "--deepspeed_config", str(ds), *shape], {},
+                           cluster="dgx-h100")
+    assert sum(pred.estimate.breakdown.values()) == pytest.approx(pred.estimate.step_time_s, rel=1e-6)
+    return dict(pred.estimate.breakdown)
+
+
+def test_one_rank_without_overlap_comm_fetches_behind_a_device_synchronize(tmp_path: Path) -> None:
+    """overlap_comm false puts the all-gather stream on the default stream (parameter_offload.py:
+    `Stream() if overlap_comm else default_stream()`); on one rank every fetch's handle is a NoGatherCoalescedHandle,
+    whose wait() synchronises that stream, the compute stream: the host waits for the device at every fetch and the
+    hooks add whole. With two ranks the handle waits on NCCL's work (no host wait) and the kernels still hide them."""
+    hooks_s = 52 * ZERO3_HOOK_S_PER_TENSOR
+    assert _large(tmp_path, {}, 1).get("host_zero3_hooks", 0.0) == 0.0
+    assert _large(tmp_path, {"overlap_comm": False}, 1)["host_zero3_hooks"] == pytest.approx(hooks_s, rel=1e-6)
+    assert _large(tmp_path, {"overlap_comm": False}, 2).get("host_zero3_hooks", 0.0) == 0.0
+
+
+def test_only_full_recompute_fetches_again(tmp_path: Path) -> None:
+    """Full recompute re-runs the layers' modules, and their fetch hooks, in the backward; selective recompute
+    re-runs the core attention, which holds no parameter (Megatron-DeepSpeed --recompute-activations)."""
+    from llmperf_hook.api import resolve_command
+    from llmperf_hook.schedule.zero3_hook_overlap import recomputed_hook_share
+
+    ds = tmp_path / "ds3.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1,
+                              "train_batch_size": 1}))
+    base = ["deepspeed", "--num_gpus", "1", TRAIN, "--deepspeed_config", str(ds), "--no-pipeline-parallel",
+            "--num-layers", "4", "--hidden-size", "512", "--num-attention-heads", "8", "--seq-length", "2048",
+            "--max-position-embeddings", "2048", "--vocab-size", "32000", "--bf16", "--micro-batch-size", "1",
+            "--global-batch-size", "1"]
+    shares = {}
+    for name, flags in (("none", []), ("selective", ["--recompute-activations"]),
+                        ("full", ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"])):
+        _, cfg, _, _ = resolve_command([*base, *flags], {}, cluster="dgx-h100")
+        assert cfg.recompute.granularity == name
+        shares[name] = recomputed_hook_share(cfg, 0.3, 0.6)
+    assert shares == {"none": 0.0, "selective": 0.0, "full": pytest.approx(0.5)}
