@@ -149,7 +149,7 @@ def gelu_variant(op: Op, profile: OpClassPredictor | None) -> tuple[Op, str]:
     """(the op as `profile` prices it, a note when it is not its own variant's samples): a gelu op tagged exact
     (graph/layer_ops.GELU_TAG "none") by the profile's gelu_exact regressor, any other gelu op by its gelu (tanh) one.
     A profile without the job's variant (one sampled before gelu_exact existed, or a GPU's public samples) prices it
-    by the other variant's and says so; the tanh GELU costs 2-3.5x the exact one on an AVX2 CPU thread
+    by the other class's samples and says so; the tanh GELU costs 2-3.5x the exact one on an AVX2 CPU thread
     (frameworks/script_gelu.py)."""
     if op.op_class != "gelu" or profile is None:
         return op, ""
@@ -158,9 +158,11 @@ def gelu_variant(op: Op, profile: OpClassPredictor | None) -> tuple[Op, str]:
     if profile.supports(own, op.phase, op.dtype):
         return replace(op, op_class=own), ""
     if profile.supports(other, op.phase, op.dtype):
-        return replace(op, op_class=other), (f"{'exact' if exact else 'tanh'} GELU priced by the "
-                                             f"{'tanh' if exact else 'exact'} GELU's samples: the profile has none "
-                                             f"of its own; `llmperf profile --ops {own}` samples them")
+        # "the profile's gelu samples", not "the tanh GELU's": the shipped GPU profiles' public samples (GPT-NeoX's
+        # activation, /work/shared/data/op-samples README) do not record which GELU they timed
+        return replace(op, op_class=other), (f"{'exact' if exact else 'tanh'} GELU priced by the profile's {other} "
+                                             f"samples: it has no {own} ones; `llmperf profile --ops {own}` on this "
+                                             "hardware samples them")
     return op, ""
 
 

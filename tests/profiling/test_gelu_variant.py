@@ -105,8 +105,8 @@ def test_each_variant_is_priced_by_its_own_samples() -> None:
 
 
 @pytest.mark.parametrize("variant, has, priced_as, says", [
-    ("none", "gelu", "gelu", "exact GELU priced by the tanh GELU's samples"),  # a profile from before gelu_exact
-    ("tanh", "gelu_exact", "gelu_exact", "tanh GELU priced by the exact GELU's samples"),
+    ("none", "gelu", "gelu", "exact GELU priced by the profile's gelu samples"),  # a profile from before gelu_exact
+    ("tanh", "gelu_exact", "gelu_exact", "tanh GELU priced by the profile's gelu_exact samples"),
 ])
 def test_a_profile_without_the_jobs_variant_uses_the_other_and_says_so(variant: str, has: str, priced_as: str,
                                                                         says: str) -> None:
@@ -122,7 +122,7 @@ def test_the_profile_label_names_the_fallback_per_class() -> None:
                               predict_s=lambda ops, cluster: [1e-3] * len(ops))
     seconds, used = predict_ops([_gelu("none")], load_cluster("dgx-h100"), profile, None)
     assert list(seconds.values()) == [1e-3]
-    assert used["gelu"].startswith("lightgbm:cpu (exact GELU priced by the tanh GELU's samples")
+    assert used["gelu"].startswith("lightgbm:cpu (exact GELU priced by the profile's gelu samples: it has no gelu_exact")
 
 
 def test_job_specs_sample_the_exact_gelu_the_job_runs() -> None:
