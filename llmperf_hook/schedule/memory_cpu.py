@@ -154,7 +154,8 @@ def runs_on_cpu(mem: MemoryEstimate) -> bool:
 
 
 def host_need_words(mem: MemoryEstimate, cfg: TrainingConfig) -> str:
-    """'N ranks x ... + offloads = X GiB of the host's Y GiB RAM' for the messages below."""
+    """The host's ranks, their resident sum (the busiest rank's and its process part), the offloads and the RAM, in
+    words, for the messages below."""
     ranks, ranks_sum = host_ranks_bytes(cfg, mem.per_stage_peak_bytes)
     offload = f" + {mem.host_bytes_per_node / GiB:.2f} GiB its offloads pin" if mem.host_components else ""
     return (f"{ranks} rank(s) on a host, {ranks_sum / GiB:.2f} GiB of resident memory together (the busiest "

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.api import predict_command
-from llmperf_hook.errors import UsageError
+from llmperf_hook.commands.run import check_gates
+from llmperf_hook.errors import InfeasibleError, UsageError
 from llmperf_hook.hardware.load import parse_cluster, parse_hardware
 from llmperf_hook.report.json_report import render_prediction_json
 from llmperf_hook.report.table import render_prediction_table
@@ -70,8 +71,11 @@ def test_host_ram_holds_every_rank_of_the_host(tmp_path: Path) -> None:
     assert short.must_fit_bytes == 2 * peak  # tune's rule compares the same need (memory_rule.fits_gpu)
     roomy = predict(argv, cpu_cluster(3 * peak / GiB)).estimate.memory
     assert roomy.fits and not roomy.tight
-    tight = predict(argv, cpu_cluster(2.1 * peak / GiB)).estimate.memory
-    assert tight.fits and tight.tight
+    tight_pred = predict(argv, cpu_cluster(2.1 * peak / GiB))
+    assert tight_pred.estimate.memory.fits and tight_pred.estimate.memory.tight
+    assert any(w.startswith("memory fits, tight: 2 rank(s) on a host") for w in tight_pred.estimate.warnings)
+    with pytest.raises(InfeasibleError, match="does not fit the host: 2 rank"):
+        check_gates(predict(argv, cpu_cluster(1.5 * peak / GiB)), None, require_fit=True)
 
 
 def test_host_ranks_by_stage() -> None:
