@@ -50,3 +50,22 @@ def test_adaptive_rounds_sample_only_the_classes_asked_for(monkeypatch) -> None:
     req = sampler.ProfileRequest(dtype="fp32", ops=("gelu_exact",))
     assert sampler._adaptive_rounds(None, req, "x", None, "fp", deadline, None, ("gelu_exact",)) == 0
     assert seen == [{("gelu_exact", "fwd", "fp32")}]
+
+
+def test_a_for_plan_measures_the_job_first_and_the_aligned_shapes_last() -> None:
+    """The power-of-two GEMMs come after the job's own shapes and the whole design: a short --budget is spent on
+    the job first, and the slowest aligned shape (bf16 bwd m4096 n2048 k512: 37 s a call here) comes last."""
+    from llmperf_hook.profile.features import RooflineConstants
+    from llmperf_hook.profile.sampler import ProfileRequest, _specs
+
+    argv = ("torchrun --nproc-per-node 1 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 "
+            "--seq-length 256 --max-position-embeddings 256 --micro-batch-size 2 --global-batch-size 8 "
+            "--vocab-size 1000").split()
+    specs = _specs(ProfileRequest(ops=("gemm",), job_argv=tuple(argv)), ("gemm",), RooflineConstants(1e11, 1e10, 1, 4),
+                   "x")
+    origins = [s.origin for s in specs]
+    rank = {"job": 0, "neighbour": 1, "design": 2, "aligned": 3}
+    assert origins[0] == "job" and origins[-1] == "aligned"
+    assert [rank[o] for o in origins] == sorted(rank[o] for o in origins)
+    aligned = [s for s in specs if s.origin == "aligned"]
+    assert len(aligned) == 2 * len({tuple(sorted(s.dims.items())) for s in aligned})  # fwd and bwd of each shape
