@@ -52,10 +52,11 @@ def own_parser_default(script: str, option: str, exact: bool = False) -> ScriptD
     return _namespace_default(calls, dest, parsers)
 
 
-Parser = tuple[int, str, bool]
+Parser = tuple[int, str, bool, bool]
 """A parser of the file: the function that builds it (0: the module), the name it is built into (`p =
-argparse.ArgumentParser()`), and True; where the source does not say which (a helper's `parser` parameter, `p =
-build()`), the function around the call, its receiver's text, and False."""
+argparse.ArgumentParser()`, `t = sub.add_parser('train')`), True, and whether it is a subcommand's (add_parser);
+where the source does not say which (a helper's `parser` parameter, `p = build()`), the function around the call, its
+receiver's text, False and False."""
 
 
 @functools.lru_cache(maxsize=32)
@@ -80,10 +81,15 @@ def _parsers(tree: ast.AST, calls: tuple[ast.Call, ...], functions: dict[int, in
     the function takes that name as a parameter), through `g = p.add_argument_group(...)`, to the name an
     `ArgumentParser(...)` call was assigned; not known (Parser) where it resolves to nothing built in the file."""
     built: dict[tuple[int, str], ast.expr] = {}
+    made: list[tuple[tuple[int, str], ast.Call]] = []  # each `NAME = ...ArgumentParser(...)`, for its `parents=`
+    declared = _globals(defined)
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
                 isinstance(node.value, ast.Call):
-            built.setdefault((functions.get(id(node.value), 0), node.targets[0].id), node.value)
+            function, name = functions.get(id(node.value), 0), node.targets[0].id
+            key = (0 if name in declared.get(function, ()) else function, name)  # `global p` assigns the module's
+            built.setdefault(key, node.value)
+            made += [(key, node.value)] if _name(node.value.func).endswith("ArgumentParser") else []
 
     def parameters(function: int) -> set[str]:
         arguments = getattr(defined.get(function), "args", None)
@@ -95,20 +101,52 @@ def _parsers(tree: ast.AST, calls: tuple[ast.Call, ...], functions: dict[int, in
             return resolve(function, receiver.func.value, depth + 1)
         if not isinstance(receiver, ast.Name):
             return None
-        scope = function if (function, receiver.id) in built or receiver.id in parameters(function) else 0
+        local = (function, receiver.id) in built or receiver.id in parameters(function)
+        scope = function if local and receiver.id not in declared.get(function, ()) else 0
         value = built.get((scope, receiver.id))
         if value is None or depth >= 8:
             return None
-        if _name(value.func).endswith("ArgumentParser"):
+        if _name(value.func).endswith("ArgumentParser") or _name(value.func) == "add_parser":
             return scope, receiver.id
         return resolve(scope, value, depth + 1)
 
+    family = _families(made, resolve)
     out: dict[int, Parser] = {}
     for call in calls:
         function, receiver = functions.get(id(call), 0), call.func.value  # type: ignore[attr-defined]
         found = resolve(function, receiver)
-        out[id(call)] = (*found, True) if found else (function, ast.unparse(receiver), False)
+        found = family.get(found, found) if found else None  # a parser joined by `parents=` to others
+        out[id(call)] = (*found, True, _name(built[found].func) == "add_parser") if found else \
+            (function, ast.unparse(receiver), False, False)
     return out
+
+
+def _globals(defined: dict[int, ast.AST]) -> dict[int, set[str]]:
+    """The names each function declares `global` (its assignments to them bind the module's names)."""
+    return {function: {name for child in ast.walk(node) if isinstance(child, ast.Global) for name in child.names}
+            for function, node in defined.items()}
+
+
+def _families(made: list[tuple[tuple[int, str], ast.Call]],
+              resolve: Callable[[int, ast.expr], tuple[int, str] | None]) -> dict[tuple[int, str], tuple[int, str] | None]:
+    """Parsers joined by `parents=[...]` as one: ArgumentParser.__init__ adds each parent's actions (the same Action
+    objects, _add_container_actions) and its _defaults to the new parser, so a set_defaults of either reaches the
+    options of both (Lib/argparse.py). A parent the source does not name (`parents=[base()]`) maps the child to
+    None: on every parser, as a parser the source does not tie to one."""
+    family: dict[tuple[int, str], tuple[int, str] | None] = {}
+
+    def head(key: tuple[int, str] | None) -> tuple[int, str] | None:
+        while key is not None and family.get(key, key) != key:
+            key = family[key]
+        return key
+
+    for key, call in made:
+        parents = next((kw.value for kw in call.keywords if kw.arg == "parents"), None)
+        for each in [] if parents is None else getattr(parents, "elts", [parents]):
+            child, parent = head(key), resolve(key[0], each)
+            if child is not None and head(parent) != child:
+                family[child] = head(parent)
+    return {key: head(key) for key in family}
 
 
 _DEF = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -163,7 +201,9 @@ def _namespace_default(calls: tuple[ast.Call, ...], dest: str, parsers: dict[int
     default only where the namespace has none yet). Options of that dest that two parsers of the file (entry points)
     state apart: which parses the job, only running tells (literal False). Parsers are told apart by where each is
     built (`parsers`, _parsers); a call whose parser the source does not say (a helper given the parser) counts as
-    on every parser, as `eval_parser.set_defaults(...)` does not reach `train_parser`'s options."""
+    on every parser, as `eval_parser.set_defaults(...)` does not reach `train_parser`'s options. A subcommand's
+    parser (`sub.add_parser('train')`) fills the namespace only when the command chooses it, over the main parser's
+    values (_SubParsersAction.__call__): where it and another parser both state the dest, only the command tells."""
     defaults: list[tuple[Parser, ast.expr]] = []  # each set_defaults of dest, and its parser
     actions: list[list[ast.expr | None]] = []  # each option's default node (None: argparse's None) and its type
     owners: list[Parser] = []  # each option's parser
@@ -183,6 +223,9 @@ def _namespace_default(calls: tuple[ast.Call, ...], dest: str, parsers: dict[int
             actions.append([keywords["default"] if "default" in keywords else before, keywords.get("type")])
             owners.append(parser)
             keyed.add(parser)
+    stating = {parser for parser, _ in defaults} | set(owners)
+    if len(stating) > 1 and any(parser[3] for parser in stating):  # the subcommand the job gives tells
+        return ScriptDefault(bool(actions), None, False)
     if not actions:
         return ScriptDefault(False, *_literal(defaults[-1][1], None)) if defaults else ScriptDefault(False, None, True)
     found = {_literal(default, kind) for default, kind in actions[:1 if len(keyed) == 1 else None]}

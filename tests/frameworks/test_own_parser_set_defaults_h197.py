@@ -28,6 +28,22 @@ SCRIPTS = {  # the lines after PARSER's (which builds `p`); argparse gives p's a
                      "p.set_defaults(max_position_embeddings=2048)",
     "helper_given_the_parser": f"def add_args(parser):\n    parser.add_argument({OPTION}, default=512)\n\n\n"
                                "add_args(p)\np.set_defaults(max_position_embeddings=2048)",
+    # R80: `parents=[q]` copies q's actions (the same objects) and q's _defaults into the new parser
+    # (ArgumentParser.__init__: _add_container_actions(parent), self._defaults.update(parent._defaults)), so each
+    # one's set_defaults reaches the options of both
+    "set_defaults_of_a_child_parser": f"q = argparse.ArgumentParser(add_help=False)\nq.add_argument({OPTION}, "
+                                      "default=512)\np = argparse.ArgumentParser(parents=[q])\n"
+                                      "p.set_defaults(max_position_embeddings=64)",
+    "set_defaults_of_the_parent_after": f"q = argparse.ArgumentParser(add_help=False)\nq.add_argument({OPTION}, "
+                                        "default=512)\np = argparse.ArgumentParser(parents=[q])\n"
+                                        "q.set_defaults(max_position_embeddings=64)",
+    "defaults_the_parent_gives": "q = argparse.ArgumentParser(add_help=False)\n"
+                                 "q.set_defaults(max_position_embeddings=64)\np = argparse.ArgumentParser(parents=[q])\n"
+                                 f"p.add_argument({OPTION})",
+    # R80: a function's `global p` assigns the module's p (Python reference 7.12)
+    "parser_built_in_a_function_as_global": f"def build():\n    global p\n    p = argparse.ArgumentParser()\n"
+                                            f"    p.add_argument({OPTION}, default=512)\n\n\nbuild()\n"
+                                            "p.set_defaults(max_position_embeddings=64)",
 }
 
 
@@ -47,3 +63,36 @@ def test_two_parsers_that_state_it_apart_stay_unknown(tmp_path: Path) -> None:
                       f"p.add_argument({OPTION}, default=512)\ne.set_defaults(max_position_embeddings=64)\n")
     own = own_parser_default(str(script), "--max-position-embeddings")
     assert own is not None and own.defined and not own.literal
+
+
+SUBCOMMAND = "sub = p.add_subparsers(dest='cmd')\nt = sub.add_parser('train')\n"
+SUBCOMMANDS = {  # R80: a subcommand's parser fills the namespace only when the command chooses it, and then over the
+    # main parser's values (Lib/argparse.py _SubParsersAction.__call__: parse_known_args(arg_strings, None), then
+    # setattr of each of its attributes), so the default depends on the subcommand the job gives
+    "subcommands_set_defaults": f"p.add_argument({OPTION}, default=512)\n{SUBCOMMAND}"
+                                "t.set_defaults(max_position_embeddings=64)",
+    "main_set_defaults_and_a_subcommands_option": f"{SUBCOMMAND}t.add_argument({OPTION}, default=512)\n"
+                                                  "p.set_defaults(max_position_embeddings=64)",
+}
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_a_subcommands_defaults_are_not_guessed(name: str, tmp_path: Path) -> None:
+    """Without the subcommand argparse gives one value, with `train` another: only the job's command tells (R68's
+    file-wide reading and H197's both gave 64 as the script's default)."""
+    script = tmp_path / "train.py"
+    script.write_text(PARSER + SUBCOMMANDS[name] + "\n" + _PRINT)
+    chosen = tmp_path / "chosen.py"
+    chosen.write_text(PARSER + SUBCOMMANDS[name] + "\n" + _PRINT.replace("parse_args([])", "parse_args(['train'])"))
+    assert _argparse_gives(script) != _argparse_gives(chosen)
+    own = own_parser_default(str(script), "--max-position-embeddings")
+    assert own is not None and own.defined and not own.literal
+
+
+def test_an_option_only_a_subcommand_states(tmp_path: Path) -> None:
+    """Everything about the dest on the one subcommand parser: its own default, as argparse gives it there."""
+    script = tmp_path / "train.py"
+    script.write_text(PARSER + SUBCOMMAND + f"t.add_argument({OPTION}, default=512)\n"
+                      "t.set_defaults(max_position_embeddings=256)\n")
+    own = own_parser_default(str(script), "--max-position-embeddings")
+    assert own is not None and own.literal and own.value == 256
