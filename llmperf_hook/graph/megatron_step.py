@@ -32,8 +32,10 @@ bytes (per_tensor_launches):
   and `shard_main_param.grad = shard_model_grad.float()` (DistributedOptimizer), one cast kernel per tensor of the
   shard where main grads are 16-bit (.float() of an fp32 tensor returns it: no kernel);
 - DistributedOptimizer._copy_main_params_to_model_params: `shard_model_param.data.copy_(shard_main_param)` into the
-  parameter buffer the all-gather sends, one copy per tensor of the shard (the non-distributed wrapper copies all of
-  them with one _multi_tensor_copy_this_to_that, a multi_tensor_applier call: not per tensor).
+  parameter buffer the all-gather sends, one copy per tensor of the shard. The non-distributed wrapper copies them
+  with _multi_tensor_copy_this_to_that: one multi_tensor_applier call under fp16, but under bf16 (config.bf16: fp8
+  runs on a bf16 base too) its overflow buffer is None (Float16OptimizerWithFloat16Params.__init__, "For bfloat, we
+  don't have multi-tensor apply") and it loops `that_.copy_(this_)`, one copy per tensor.
 Under --use-precision-aware-optimizer neither runs (the main grad is a view, decoupled_grad; TE's FusedAdam writes
 the model weights). A rank's shard is a contiguous range of the flat gradient buffer, so it touches its share of the
 stage's tensors plus the one it starts inside. Each launch costs the host what one small op of DeepSpeed's per-tensor
@@ -99,14 +101,15 @@ def optimizer_bytes_per_param(cfg: TrainingConfig, grad_elem_bytes: int, param_e
 
 def per_tensor_launches(cfg: TrainingConfig, tensors: int, rank_params: int, local: int, grad_elem_bytes: int) -> int:
     """Kernels the wrapper launches one tensor at a time (module docstring) over the `tensors` of the stage: the
-    16-bit main grads' cast, and the distributed optimizer's master -> model copy, per tensor of the shard."""
+    16-bit main grads' cast, and the master -> model copy (the distributed optimizer's, or any under bf16), per
+    tensor of the shard."""
     o = cfg.optimizer
     if o.offload_optimizer != "none" or (o.precision_aware and cfg.precision != "fp32"):
         return 0
     sharded = o.distributed_optimizer and local < rank_params
     shard_tensors = min(tensors, -(-tensors * local // max(1, rank_params)) + 1) if sharded else tensors
     cast = 1 if grad_elem_bytes < 4 else 0
-    copy = 1 if o.distributed_optimizer and cfg.precision != "fp32" else 0
+    copy = 1 if cfg.precision in ("bf16", "fp8") or (o.distributed_optimizer and cfg.precision == "fp16") else 0
     return shard_tensors * (cast + copy)
 
 

@@ -113,7 +113,10 @@ def test_only_megatrons_own_step(tmp_path: Path) -> None:
 def test_distributed_optimizer_launches_its_copy_per_shard_tensor() -> None:
     """distrib_optimizer.py _copy_main_params_to_model_params: one copy_ per tensor of the rank's shard (DP 4: a
     quarter of the 4-layer model's tensors, plus the one it starts inside), priced as host launches; the
-    non-distributed wrapper's multi-tensor copy and fp32 main grads' .float() launch none; 16-bit main grads
+    non-distributed wrapper's copy is one multi_tensor_applier call under fp16, but under bf16 it has no overflow
+    buffer (optimizer.py Float16OptimizerWithFloat16Params: `_dummy_overflow_buf = None` if config.bf16) and
+    _multi_tensor_copy_this_to_that loops `that_.copy_(this_)` over every tensor; fp32 main grads' .float() launch
+    none; 16-bit main grads
     (--no-accumulate-allreduce-grads-in-fp32 style: OptimizerConfig.fp32_main_grads False) add a cast per tensor."""
     from dataclasses import replace
 
@@ -125,7 +128,8 @@ def test_distributed_optimizer_launches_its_copy_per_shard_tensor() -> None:
     tags = ops[MEGATRON_STEP_OP].tags
     assert int(tags["host_launches"]) == -(-tensors // 4) + 1
     assert float(tags["host_s_per_launch"]) == pytest.approx(5.5e-6)
-    assert "host_launches" not in _megatron("--bf16")[2][MEGATRON_STEP_OP].tags
+    assert int(_megatron("--bf16")[2][MEGATRON_STEP_OP].tags["host_launches"]) == tensors
+    assert "host_launches" not in _megatron("--fp16", "--accumulate-allreduce-grads-in-fp32")[2][MEGATRON_STEP_OP].tags
     local = ops["optimizer.step"].dims["params"]
     sixteen_bit = replace(cfg, optimizer=replace(cfg.optimizer, fp32_main_grads=False))
     assert per_tensor_launches(sixteen_bit, tensors, stage.num_params, local, 2) == 2 * (-(-tensors // 4) + 1)
