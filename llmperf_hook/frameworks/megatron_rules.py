@@ -320,6 +320,24 @@ def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: boo
                           "--use-torch-fsdp2.")
 
 
+def _check_deferred_embedding_wgrad(flags: FlagValues, parallel: ParallelLayout) -> None:
+    """ModelParallelConfig.__post_init__ raises ValueError for --defer-embedding-wgrad-compute without pipeline
+    parallelism or without gradient accumulation fusion (megatron/core/model_parallel_config.py, core_v0.16.1
+    :425-433): the deferred GEMMs run during the pipeline flush, into the fused main_grad accumulation."""
+    if not flags.get("defer_embedding_wgrad_compute"):
+        return
+    refusals = [says for bad, says in (
+        (parallel.pp == 1, f"pipeline-model-parallel-size {parallel.pp}: 'Cannot defer embedding wgrad compute when "
+                           "pipeline model parallel is not used'"),
+        (not flags.get("gradient_accumulation_fusion", True), "--no-gradient-accumulation-fusion: 'Cannot defer "
+                                                              "embedding wgrad compute when gradient accumulation fusion is not used'"))
+        if bad]
+    if refusals:
+        raise ConfigError(f"--defer-embedding-wgrad-compute with {'; '.join(refusals)} (Megatron ModelParallelConfig "
+                          "raises ValueError at start-up). Drop the flag, or use pipeline parallelism with gradient "
+                          "accumulation fusion.")
+
+
 def _check_param_gather_checkpoints(flags: FlagValues) -> None:
     """validate_args (core_r0.9.0, the release that added --overlap-param-gather-with-optimizer-step, to HEAD d98e8a6)
     asserts `not args.use_dist_ckpt` for it, after update_use_dist_ckpt set use_dist_ckpt = ckpt_format != "torch"
@@ -390,6 +408,7 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_cpu_offloading(flags, model)
     _check_fsdp(flags, parallel, bool(flags.get("fp16")), model.untie_embeddings)
     _check_param_gather_checkpoints(flags)
+    _check_deferred_embedding_wgrad(flags, parallel)
     _check_step_batch_schedule(flags)
     check_te_attention_backend(flags)
     return [*ignored_flag_warnings(flags), *_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp),

@@ -14,6 +14,8 @@ framework refuses that candidate's command):
   (core/num_microbatches_calculator.py) rounds the training batch down to a multiple of micro x DP and asserts at least
   one micro-batch, so the global batch must be at least micro x DP. Both hold at every node count of an elastic range
   (tune/elastic.py checks them there).
+- --defer-embedding-wgrad-compute: Megatron's ModelParallelConfig refuses it without pipeline parallelism
+  (frameworks/megatron_rules._check_deferred_embedding_wgrad).
 - --cp-comm-type a2a: Transformer Engine's all-to-all attention needs each TP rank's query and key/value heads to
   divide by the all-to-all group (frameworks/megatron_rules._check_a2a_heads).
 """
@@ -37,6 +39,7 @@ RAMPUP_RULE = "a --rampup-batch-size step's global batch % (micro_batch*dp) != 0
 EVAL_BATCH_RULE = "eval global batch % (eval micro_batch*dp) != 0"
 ROUNDED_TO_NOTHING_RULE = "global_batch < micro_batch*dp (--decrease-batch-size-if-needed rounds it to 0)"
 DECREASE_FLAG = "--decrease-batch-size-if-needed"
+DEFERRED_WGRAD_RULE = "--defer-embedding-wgrad-compute needs pp > 1"
 A2A_HEADS_RULE = "all-to-all context parallel: heads or key/value heads per tp rank % a2a size != 0"
 
 
@@ -49,6 +52,8 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_si
     fns = [_rampup_masks(cfg, script_args, world), _a2a_heads_masks(cfg, script_args)]
     if cfg.framework == "megatron":  # Megatron-DeepSpeed's older arguments.py has no eval batch of its own
         fns.append(_batch_flag_masks(cfg, script_args, world))
+        if parse_flags(script_args, SCRIPT_FLAGS).get("defer_embedding_wgrad_compute"):
+            fns.append(lambda cols: {DEFERRED_WGRAD_RULE: cols["pp"] == 1})
     return all_rules(*fns)
 
 

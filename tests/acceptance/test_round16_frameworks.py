@@ -110,3 +110,34 @@ def test_tune_keeps_all_to_all_heads_divisible(tmp_path: Path, capsys, monkeypat
     code, out, err = run_cli(["tune", "--search", "s.yaml", "--cluster", "dgx-h100", "--", *command], capsys)
     assert code == 3, out + err
     assert "all-to-all context parallel" in out + err
+
+
+@pytest.mark.parametrize(("layout", "refusal"), [
+    (["--tensor-model-parallel-size", "2"], "pipeline model parallel is not used"),
+    (["--pipeline-model-parallel-size", "2", "--no-gradient-accumulation-fusion"], "gradient accumulation fusion is not"),
+    (["--pipeline-model-parallel-size", "2"], None)])
+def test_deferred_embedding_wgrad_needs_a_pipeline(layout: list[str], refusal: str | None, capsys) -> None:
+    """Megatron's ModelParallelConfig.__post_init__ raises ValueError for --defer-embedding-wgrad-compute without
+    pipeline parallelism or gradient accumulation fusion (megatron/core/model_parallel_config.py); llmperf accepted both
+    with a 'not modelled' warning."""
+    code, _, err = run_cli(["explain", "--", *LLAMA3_8B_CP, "--defer-embedding-wgrad-compute", *layout], capsys)
+    assert code == (2 if refusal else 0), err
+    assert refusal is None or refusal in err
+
+
+def test_tune_keeps_a_pipeline_for_deferred_embedding_wgrad(tmp_path: Path, capsys, monkeypatch) -> None:
+    """tune keeps --defer-embedding-wgrad-compute, so it must keep PP > 1: searching PP 1 it rewrote this PP 4
+    job to PP 1, a command Megatron refuses at start-up (and explain now does)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text("pipeline_parallel: [1]\n")
+    command = [*LLAMA3_8B_CP, "--pipeline-model-parallel-size", "4", "--defer-embedding-wgrad-compute",
+               "--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer"]
+    command[command.index("--nproc-per-node"):command.index("--nproc-per-node") + 2] = ["--nproc-per-node", "8",
+                                                                                          "--nnodes", "2"]
+    code, out, err = run_cli(["tune", "--apply", "--dry-run", "--search", "s.yaml", "--cluster", "dgx-h100", "--",
+                              *command], capsys)
+    assert code == 0, err
+    rewritten = (out + err).split("would run: ", 1)[1].splitlines()[0].split()
+    pp = [int(rewritten[i + 1]) for i, w in enumerate(rewritten) if w == "--pipeline-model-parallel-size"]
+    assert pp and pp[-1] > 1, rewritten
+    assert run_cli(["explain", "--", *rewritten], capsys)[0] == 0
