@@ -22,7 +22,8 @@ from typing import AbstractSet, Any
 
 from llmperf_hook.launch.shell_associative import forget
 from llmperf_hook.launch.shell_conditions import Conditions
-from llmperf_hook.launch.shell_script import ARRAY_ASSIGN
+from llmperf_hook.launch.shell_functions import Definition
+from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, ScriptLine
 from llmperf_hook.launch.subshell_state import end_subshell
 
 BRANCHES = "branches of an `if` llmperf cannot decide (bash runs one; which, only running the script tells)"
@@ -101,7 +102,7 @@ _NEXT_BRANCH = re.compile(r"\s*(elif|else|fi)(?![\w=+-])")
 _STATE = ("env", "undecidable", "arrays", "assoc", "unknown_heads", "cwd", "exported", "positional", "functions")
 """What of the script's state a branch starts from (batch_script._Reading's variables, the directory, the export
 attributes, the arguments and the functions: `then cd out; shift; f() { ...; }` is not seen by the `else`)."""
-_SHELL = {"cwd": "`cd`", "positional": "`shift` / `set --`", "functions": "the functions it defines"}
+_SHELL = {"cwd": "`cd`", "positional": "`shift` / `set --`"}
 """The state an undecided `if`'s ways may leave apart that the reading keeps one value of (the way read first's)."""
 
 
@@ -161,8 +162,9 @@ def _settle(reading: Any, name: str, branches: Branches, array: bool) -> None:
 
 def _merge_shell(frame: Any, reading: Any) -> None:
     """The directory, arguments and functions after the `fi` of an undecided `if`: what every way past it leaves
-    alike; where the ways leave them apart, the way read first's, with a warning (as for flag-only branch values,
-    launch_words). A name any way exports stays exported (the reading's rule before branches were kept apart)."""
+    alike; where the ways leave the directory or arguments apart, the way read first's, with a warning (as for
+    flag-only branch values, launch_words); a function they define apart, either body (_either_functions). A name any
+    way exports stays exported (the reading's rule before branches were kept apart)."""
     ways = [*frame.ends, *([] if frame.has_else or frame.start is None else [frame.start])]
     if frame.start is None or not ways or not (frame.ends or frame.exits):
         return  # no way goes on past the `fi`, or no branch read undecided
@@ -172,7 +174,38 @@ def _merge_shell(frame: Any, reading: Any) -> None:
                                  f"branch read first leaves them (bash runs one branch: if the job takes another, "
                                  "give its launch line after `--`).")
         setattr(reading, name, ways[0][name])
+    reading.functions, apart = _either_functions([way["functions"] for way in ways])
+    if apart:
+        reading.notes.append(f"the branches of an `if` llmperf cannot decide define {', '.join(apart)} apart; a call "
+                             "past the `fi` is read as either body (bash runs the one its branch defined).")
     reading.exported |= set().union(*(way["exported"] for way in ways))
+
+
+_EITHER = "[ -e /llmperf/the-branch-bash-took ]"
+"""A test llmperf does not decide (a file test): the way through an undecided `if` that a function's body stands for."""
+
+
+def _either_functions(ways: list[dict[str, Definition]]) -> tuple[dict[str, Definition], list[str]]:
+    """The functions past the `fi` of an undecided `if` (`ways`: those each way through it leaves): one every way
+    defines alike as it is; one they define apart (or only some define) runs, where called, the body of the way bash
+    took: an undecided `if` over the bodies (nothing where a way leaves it undefined: 'command not found'), so that a
+    variable the bodies set apart is undecided there, as one the branches set apart themselves (3.3 Shell Functions:
+    the body is the one defined when the call runs); and the names of those defined apart."""
+    merged = dict(ways[0])
+    apart = sorted(name for name in set().union(*ways) if any(way.get(name) != ways[0].get(name) for way in ways))
+    for name in apart:
+        merged[name] = _either(name, [way.get(name) for way in ways])
+    return merged, apart
+
+
+def _either(name: str, bodies: list[Definition | None]) -> Definition:
+    first = next(body for body in bodies if body is not None)
+    number = first.body[0].number if first.body else 0
+    lines: list[ScriptLine] = []
+    for k, body in enumerate(bodies):
+        head = "else" if k == len(bodies) - 1 else f"{'elif' if k else 'if'} {_EITHER}; then"
+        lines += [ScriptLine(number, head), *(body.body if body and body.body else [ScriptLine(number, ":")])]
+    return Definition(name, (*lines, ScriptLine(number, "fi")), first.end, first.path)
 
 
 def _is_array(frame: Any, name: str) -> bool:

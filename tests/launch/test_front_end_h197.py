@@ -220,6 +220,29 @@ def test_ways_that_agree_go_on_as_bash(text: str, tmp_path: Path, monkeypatch: p
                   monkeypatch)
 
 
+DEFINED_APART = {  # R80: a function the ways through an undecided `if` define apart (or one of them only), called
+    # past the `fi`: bash runs the body its branch defined (3.3), so NP is set apart as if the branches set it; was read
+    # with the first branch's body (8) and priced, where bash (cfg missing) launches 4 / 3 processes per node
+    "both_branches": "if [ -f cfg ]; then\n  f() {\n    NP=8\n  }\nelse\n  f() {\n    NP=4\n  }\nfi\n",
+    "the_then_over_an_older_one": "f() { NP=3; }\nif [ -f cfg ]; then\n  f() {\n    NP=8\n  }\nfi\n",
+}
+
+
+@pytest.mark.parametrize("name", DEFINED_APART)
+def test_a_function_the_branches_define_apart_is_undecided(name: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nNP=2\n{DEFINED_APART[name]}f\n"
+                                       "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
+    with pytest.raises(UsageError, match="nproc"):
+        parse_launch(["bash", "train.sh"], {})
+
+
+def test_a_function_the_branches_define_alike_goes_on_as_bash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_as_bash(f"NP=2\nif {NO_CFG}; then\n  f() {{\n    NP=8\n  }}\nelse\n  f() {{\n    NP=8\n  }}\nfi\nf\n"
+                  "torchrun --nproc_per_node $NP pretrain_gpt.py\n", [], tmp_path, monkeypatch)
+
+
 def test_ways_that_leave_the_directory_apart_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the `fi` the reading goes on from the branch read first, and says so."""
     monkeypatch.chdir(tmp_path)
