@@ -163,3 +163,16 @@ def test_the_launch_config_says_when_megatrons_gelu_is_exact(flags: list[str], l
 
     _, cfg = resolve_job(["python", "pretrain_gpt.py", *SHAPE, *flags], {})
     assert explain_json(cfg).get("gelu_approximate") == listed
+
+
+def test_the_framework_cost_times_an_exact_gelu_op_as_the_exact_gelu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu_framework._isolated_s times the reference model's ops alone; its exact GELU must be timed as gelu_exact,
+    or the framework cost's compute_scale is fitted against the tanh GELU's time while jobs are priced exact."""
+    from llmperf_hook.profile import cpu_framework, op_sampler
+
+    timed: list[str] = []
+    monkeypatch.setattr(op_sampler, "sample_op", lambda op_class, *a, **k: timed.append(op_class)
+                        or SimpleNamespace(time_s=1e-3))
+    for variant in ("none", "tanh"):
+        cpu_framework._isolated_s(_gelu(variant), "fp32")
+    assert timed == ["gelu_exact", "gelu"]
