@@ -141,3 +141,18 @@ def test_tune_keeps_a_pipeline_for_deferred_embedding_wgrad(tmp_path: Path, caps
     pp = [int(rewritten[i + 1]) for i, w in enumerate(rewritten) if w == "--pipeline-model-parallel-size"]
     assert pp and pp[-1] > 1, rewritten
     assert run_cli(["explain", "--", *rewritten], capsys)[0] == 0
+
+
+def test_megatron_deepspeed_auto_batch_keys_exit_2(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Megatron-DeepSpeed's pretrain_gpt.py passes its --deepspeed_config to deepspeed.initialize as json.load reads
+    it (megatron/training.py _create_ds_config_dict), so "auto" batch keys reach DeepSpeedConfig, whose batch
+    arithmetic raises TypeError; llmperf priced them as Megatron's batch with a warning."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                                                  "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}))
+    code, _, err = run_cli(["explain", "--", "deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "24",
+                            "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "2048",
+                            "--max-position-embeddings", "2048", "--micro-batch-size", "4", "--global-batch-size",
+                            "256", "--tokenizer-type", "GPT2BPETokenizer", "--bf16", "--tensor-model-parallel-size",
+                            "2", "--no-pipeline-parallel", "--deepspeed", "--deepspeed_config", "ds.json"], capsys)
+    assert code == 2 and "TypeError" in err and "train_batch_size 256" in err, err

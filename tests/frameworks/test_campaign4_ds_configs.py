@@ -139,21 +139,33 @@ def test_auto_batch_keys_that_fix_nothing_are_refused(tmp_path: Path) -> None:
         script([*DS, path], model="llama2-7b")
 
 
-@pytest.mark.parametrize("keys", [
-    {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": "auto"},
-    {"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto"},
-])
+_MEGATRON_FLAGS = ["--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "128",
+                   "--max-position-embeddings", "128", "--vocab-size", "1000", "--micro-batch-size", "2",
+                   "--global-batch-size", "64", "--deepspeed", "--deepspeed_config"]
+_AUTO_KEYS = [{"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": "auto"},
+              {"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto"}]
+
+
+@pytest.mark.parametrize("keys", _AUTO_KEYS)
 def test_megatron_deepspeed_auto_batch_keys_are_megatrons_batch(tmp_path: Path, keys: dict[str, object]) -> None:
-    """Megatron-DeepSpeed: an "auto" batch key is priced as filled in from Megatron's --global-batch-size /
-    --micro-batch-size (the other values that fix it), with the warning, not read as DeepSpeed's derivation from the
-    remaining keys (train_batch_size "auto" with micro 2 was taken as 2 x 1 x DP 8 = 16, then refused as 'ds.json gives
-    train_batch_size 16', a value the file does not hold)."""
+    """A user's own script taking Megatron-DeepSpeed's flags (it may fill the keys in): an "auto" batch key is priced
+    as filled in from Megatron's --global-batch-size / --micro-batch-size (the other values that fix it), with the
+    warning, not read as DeepSpeed's derivation from the remaining keys (train_batch_size "auto" with micro 2 was taken
+    as 2 x 1 x DP 8 = 16, then refused as 'ds.json gives train_batch_size 16', a value the file does not hold)."""
     import json
 
     path = _write(tmp_path, json.dumps(keys).encode())
-    cfg = script(["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "256",
-                  "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
-                  "--vocab-size", "1000", "--micro-batch-size", "2", "--global-batch-size", "64", "--deepspeed",
-                  "--deepspeed_config", path])
+    cfg = script(["deepspeed", "--num_gpus", "8", "my_train.py", *_MEGATRON_FLAGS, path])
     assert (cfg.batch.global_batch_size, cfg.batch.micro_batch_size, cfg.batch.num_microbatches) == (64, 2, 4)
     assert any("\"auto\"" in w and "deepspeed.initialize" in w for w in cfg.warnings), cfg.warnings
+
+
+@pytest.mark.parametrize("keys", _AUTO_KEYS)
+def test_megatron_deepspeed_entry_point_refuses_auto_batch_keys(tmp_path: Path, keys: dict[str, object]) -> None:
+    """Megatron-DeepSpeed's own pretrain_gpt.py hands the file to deepspeed.initialize as json.load reads it
+    (megatron/training.py _create_ds_config_dict), and DeepSpeedConfig's batch arithmetic stops on "auto" (H199)."""
+    import json
+
+    path = _write(tmp_path, json.dumps(keys).encode())
+    with pytest.raises(ConfigError, match=r"_create_ds_config_dict.*TypeError"):
+        script(["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *_MEGATRON_FLAGS, path])
