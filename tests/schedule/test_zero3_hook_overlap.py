@@ -130,7 +130,8 @@ def test_only_full_recompute_fetches_again(tmp_path: Path) -> None:
             "--global-batch-size", "1"]
     shares = {}
     for name, flags in (("none", []), ("selective", ["--recompute-activations"]),
-                        ("full", ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"])):
+                        ("full", ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                                  "--recompute-num-layers", "1"])):
         _, cfg, _, _ = resolve_command([*base, *flags], {}, cluster="dgx-h100")
         assert cfg.recompute.granularity == name
         shares[name] = recomputed_hook_share(cfg, 0.3, 0.6)
