@@ -19,8 +19,8 @@ So they do today with overlap_comm false on a partition group of one rank: the a
 default stream (parameter_offload.py: `Stream() if overlap_comm else default_stream()`), and a one-rank fetch's
 handle (partition_parameters.py NoGatherCoalescedHandle.wait) calls `current_stream().synchronize()` on it, the
 compute stream (fetch_syncs_device). With more ranks that handle waits on NCCL's work, a stream wait.
-From v0.5.5 on, within a pass the host issues kernels and runs hooks while the GPU runs what it was given, and the two meet at
-the end of each backward: a pass takes the longer of its GPU time and its host time (the issue of its ops,
+From v0.5.5 on, within a pass the host issues kernels and runs hooks while the GPU runs what it was given, and the
+two meet at the end of each backward: a pass takes the longer of its GPU time and its host time (the issue of its ops,
 predict/host_issue.pass_host_s, plus its hooks), not their sum. Where the GPU is idle for the hooks (the small
 testbed models of every measured run) the hooks are exposed almost whole; where its kernels outlast the host's
 work (large layers) they hide.
@@ -66,9 +66,10 @@ def hooked_pass(cost: Pass, pass_host_s: float, hooks_s: float, overlap: bool) -
 
 def fetch_syncs_device(cfg: TrainingConfig) -> bool:
     """Whether every ZeRO-3 fetch waits for the device, so that the hooks add to the pass (module docstring): DeepSpeed
-    before v0.5.5, or overlap_comm false (OptimizerConfig.overlap_grad_reduce) on one data-parallel rank."""
+    before v0.5.5, or overlap_comm false (OptimizerConfig.overlap_grad_reduce) on a partition group of one rank: the
+    data-parallel group, with Ulysses (modelled as cp) its sequence-data-parallel group (graph/step_ops.dp_groups)."""
     o = cfg.optimizer
-    return o.zero3_list_param_gather or (not o.overlap_grad_reduce and cfg.parallel.dp == 1)
+    return o.zero3_list_param_gather or (not o.overlap_grad_reduce and cfg.parallel.dp * cfg.parallel.cp == 1)
 
 
 def recomputed_hook_share(cfg: TrainingConfig, recompute_s: float, forward_s: float) -> float:

@@ -136,3 +136,24 @@ def test_only_full_recompute_fetches_again(tmp_path: Path) -> None:
         assert cfg.recompute.granularity == name
         shares[name] = recomputed_hook_share(cfg, 0.3, 0.6)
     assert shares == {"none": 0.0, "selective": 0.0, "full": pytest.approx(0.5)}
+
+
+def test_ulysses_ranks_partition_the_parameters_too(tmp_path: Path) -> None:
+    """ZeRO-3 partitions over the sequence-data-parallel group under DeepSpeed-Ulysses (modelled as cp): one
+    data-parallel rank with sequence parallelism 2 gathers through NCCL, no device synchronise."""
+    from dataclasses import replace
+
+    from llmperf_hook.api import resolve_command
+    from llmperf_hook.schedule.zero3_hook_overlap import fetch_syncs_device
+
+    ds = tmp_path / "ds3.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3, "overlap_comm": False},
+                              "train_micro_batch_size_per_gpu": 1, "train_batch_size": 1}))
+    _, cfg, _, _ = resolve_command(["deepspeed", "--num_gpus", "1", TRAIN, "--deepspeed_config", str(ds),
+                                    "--no-pipeline-parallel", "--num-layers", "2", "--hidden-size", "512",
+                                    "--num-attention-heads", "8", "--seq-length", "2048", "--max-position-embeddings",
+                                    "2048", "--vocab-size", "32000", "--bf16", "--micro-batch-size", "1",
+                                    "--global-batch-size", "1"], {}, cluster="dgx-h100")
+    assert fetch_syncs_device(cfg)
+    assert not fetch_syncs_device(replace(cfg, parallel=replace(cfg.parallel, cp=2), world_size=2))
+    assert not fetch_syncs_device(replace(cfg, optimizer=replace(cfg.optimizer, overlap_grad_reduce=True)))
