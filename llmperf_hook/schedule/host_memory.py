@@ -65,6 +65,7 @@ from llmperf_hook.graph.op_graph import OpGraph, StageGraph
 from llmperf_hook.graph.step_ops import offloaded_optimizer_share, param_bytes
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
+from llmperf_hook.schedule.memory_cpu import on_cpu, ranks_per_host
 from llmperf_hook.schedule.memory import (checkpoints_off_gpu_bytes, partition_params, shard_counts,
                                           stage_param_tensors)
 
@@ -300,4 +301,6 @@ def host_memory_per_node(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSp
     per_rank = [rank_host_bytes(cfg, s, gpus_per_node) for s in graph.stages]
     worst = max(per_rank, key=lambda parts: sum(parts.values()))
     ranks = min(cfg.nproc_per_node or cluster.host_gpus, cluster.host_gpus, cfg.world_size)
+    if on_cpu(cluster.gpu):  # every process the launch starts on a CPU host (memory_cpu.py)
+        ranks = ranks_per_host(cfg)
     return {k: int(v * ranks) for k, v in worst.items()}

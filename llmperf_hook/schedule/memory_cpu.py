@@ -117,11 +117,19 @@ def cpu_rank_memory(cfg: TrainingConfig, parts: Mapping[str, float]) -> dict[str
     return out
 
 
+def ranks_per_host(cfg: TrainingConfig) -> int:
+    """The processes the launch starts on each host (nproc_per_node: torchrun --nproc-per-node, deepspeed --num_gpus
+    or the hostfile's slots, Slurm --ntasks-per-node), whatever the cluster file's gpus_per_node says: a CPU host
+    holds every rank started on it."""
+    world = max(1, cfg.world_size)
+    return max(1, min(cfg.nproc_per_node or world, world))
+
+
 def host_ranks_bytes(cfg: TrainingConfig, per_stage_peak_bytes: Sequence[float]) -> tuple[int, int]:
     """(ranks on the busiest host, the sum of their peaks): ranks placed host by host, nproc_per_node each, rank r on
     pipeline stage r // (world / pp) (module docstring)."""
     world, pp = max(1, cfg.world_size), max(1, len(per_stage_peak_bytes))
-    per_host = max(1, min(cfg.nproc_per_node or world, world))
+    per_host = ranks_per_host(cfg)
     per_stage_ranks = max(1, world // pp)
     best = 0.0
     for first in range(0, world, per_host):

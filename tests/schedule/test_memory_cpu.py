@@ -23,18 +23,19 @@ TRAIN_GPT = REPO / "examples" / "cpu-testbed" / "train_gpt.py"
 GiB = 2**30
 
 
-def cpu_cluster(ram_gib: float, description: str = "", device: str | None = "cpu"):
+def cpu_cluster(ram_gib: float, description: str = "", device: str | None = "cpu", gpus_per_node: int = 2):
     hw = {"name": "cpu-t", "peak_TFLOPs": {"fp32": 0.09, "bf16": 0.02}, "memory_bandwidth_GBps": 16,
           "memory_capacity_GiB": ram_gib, "gemm_efficiency": 1.0, "memory_efficiency": 1.0,
           "description": description, **({"device": device} if device else {})}
-    return parse_cluster({"name": "cpu-c", "gpu": hw, "gpus_per_node": 2, "intra_node_bandwidth_GBps": 2,
+    return parse_cluster({"name": "cpu-c", "gpu": hw, "gpus_per_node": gpus_per_node, "intra_node_bandwidth_GBps": 2,
                           "inter_node_bandwidth_GBps": 1}, "test")
 
 
-def ds_command(tmp_path: Path, zero: int, ranks: int, hidden: int = 256) -> list[str]:
+def ds_command(tmp_path: Path, zero: int, ranks: int, hidden: int = 256, offload: bool = False) -> list[str]:
     ds = tmp_path / f"ds{zero}.json"
+    zero_cfg = {"stage": zero, **({"offload_optimizer": {"device": "cpu"}} if offload else {})}
     ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "train_batch_size": 2 * ranks,
-                              "zero_optimization": {"stage": zero}}))
+                              "zero_optimization": zero_cfg, "zero_force_ds_cpu_optimizer": not offload}))
     return ["deepspeed", "--num_gpus", str(ranks), str(TRAIN_GPT), "--deepspeed_config", str(ds), "--num-layers", "2",
             "--hidden-size", str(hidden), "--num-attention-heads", "4", "--seq-length", "128",
             "--max-position-embeddings", "128", "--micro-batch-size", "2", "--global-batch-size", str(2 * ranks),
@@ -76,6 +77,15 @@ def test_host_ram_holds_every_rank_of_the_host(tmp_path: Path) -> None:
     assert any(w.startswith("memory fits, tight: 2 rank(s) on a host") for w in tight_pred.estimate.warnings)
     with pytest.raises(InfeasibleError, match="does not fit the host: 2 rank"):
         check_gates(predict(argv, cpu_cluster(1.5 * peak / GiB)), None, require_fit=True)
+
+
+def test_offloads_of_every_rank_of_the_host(tmp_path: Path) -> None:
+    """A CPU host runs the processes the launch starts on it, whatever the cluster file's gpus_per_node: the offloads
+    of all 4 ranks are on the host, beside the 4 ranks' own memory."""
+    argv = ds_command(tmp_path, zero=2, ranks=4, offload=True)
+    mem, by_four = (predict(argv, cpu_cluster(64, gpus_per_node=n)).estimate.memory for n in (2, 4))
+    assert mem.host_bytes_per_node == by_four.host_bytes_per_node > 0
+    assert mem.must_fit_bytes == by_four.must_fit_bytes == 4 * mem.peak_bytes_per_gpu + mem.host_bytes_per_node
 
 
 def test_host_ranks_by_stage() -> None:
