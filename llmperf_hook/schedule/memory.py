@@ -56,8 +56,8 @@ from llmperf_hook.schedule.gradient_lifetime import (backward_starts_without_gra
 from llmperf_hook.schedule.memory_cpu import cpu_memory_estimate, cpu_rank_buffers, cpu_rank_memory, on_cpu
 from llmperf_hook.schedule.memory_fit import fit_verdict
 from llmperf_hook.schedule.memory_rule import must_fit_bytes
-from llmperf_hook.schedule.optimizer_state import (foreach_step_temporary_bytes_per_param, optimizer_bytes_per_param,
-                                                   step_temporary_bytes_per_param)
+from llmperf_hook.schedule.optimizer_state import (FP32_BYTES, foreach_step_temporary_bytes_per_param,
+                                                   optimizer_bytes_per_param, step_temporary_bytes_per_param)
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
 CUDA_CONTEXT_BYTES = 800 * 2**20
@@ -100,7 +100,8 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
     fp32 = cfg.precision == "fp32"
     weight_b = 4 if fp32 else 2
     grad_b = 4 if (fp32 or (o.fp32_main_grads and "deepspeed" not in cfg.framework)) else 2
-    opt_b = optimizer_bytes_per_param(cfg)  # schedule/optimizer_state.py: by optimizer and state dtypes
+    # by optimizer and state dtypes (schedule/optimizer_state.py); DeepSpeed ZeRO-1/2's master clone of fp32 weights
+    opt_b = optimizer_bytes_per_param(cfg) + zero_fp32_master_bytes_per_param(cfg)
     weights = sharded * weight_b if o.zero_stage >= 3 else total * weight_b
     grads = sharded * grad_b if o.zero_stage >= 2 else total * grad_b
     if gradient_partition_on_host(cfg):
@@ -132,6 +133,18 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
         # ZeRO++ Sec. 3.2, memory overhead M/k).
         out["zero_hpz_secondary"] = total / k * weight_b
     return out
+
+
+def zero_fp32_master_bytes_per_param(cfg: TrainingConfig) -> float:
+    """The fp32 master partition DeepSpeed ZeRO-1/2 clones of fp32 weights: 4 bytes per partition parameter.
+    stage_1_and_2.py __init__ builds single_partition_of_fp32_groups from
+    `parallel_partitioned_bit16_groups[i][partition_id].detach().clone().to(dtype=master_weights_and_grads_dtype)`,
+    a copy whatever the weights' dtype (deepspeed 0.19.8 L560; 0.19.6 L492), which optimizer_bytes_per_param's fp32
+    Adam (8: the two moments) leaves out; 16-bit weights have it in their 12. ZeRO-3 appends the fp32 weights'
+    own flat partition as the master when the dtypes match (stage3.py _create_fp32_partitions): no copy."""
+    o = cfg.optimizer
+    fp32_zero12 = "deepspeed" in cfg.framework and cfg.precision == "fp32" and o.zero_stage in (1, 2)
+    return float(FP32_BYTES) if fp32_zero12 else 0.0
 
 
 FP8_COPY_BYTES_PER_PARAM = 2
@@ -439,18 +452,22 @@ def step_flat_buffers(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int
     of the partition, from the first gradient after the loss; with accumulation it is alive at later backwards'
     peaks already, so it counts only where backward_starts_without_gradients), then the step's
     flatten_dense_tensors_aligned copy and its
-    .to(fp32) (stage_1_and_2.py step). ZeRO-3: per optimizer sub-group the flattened gradient partition and its fp32
-    cast (stage3.py _prepare_fp32_grad_for_sub_group; optimizer_step_bytes), its gradient partition being allocated
-    once. Without ZeRO on a 16-bit model, FP16_Optimizer's flattened fp32 gradient (fp16/fused_optimizer.py step:
-    _flatten_dense_tensors of every p.grad.to(fp32)). None elsewhere (fp32 training, offload, BF16_Optimizer's
+    .to(fp32) (stage_1_and_2.py step), over fp32 weights the partition and the copy in fp32 alone. ZeRO-3: per
+    optimizer sub-group the flattened gradient partition and its fp32 cast (stage3.py
+    _prepare_fp32_grad_for_sub_group; optimizer_step_bytes), its gradient partition being allocated once. Without
+    ZeRO on a 16-bit model, FP16_Optimizer's flattened fp32 gradient (fp16/fused_optimizer.py step:
+    _flatten_dense_tensors of every p.grad.to(fp32)). None elsewhere (other fp32 training, offload, BF16_Optimizer's
     buffers allocated at init, Megatron's buffers allocated once)."""
     o = cfg.optimizer
-    if ("deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.offload_optimizer != "none"
+    fp32 = cfg.precision == "fp32"
+    if ("deepspeed" not in cfg.framework or (fp32 and o.zero_stage not in (1, 2)) or o.offload_optimizer != "none"
             or runs_bf16_optimizer(cfg)):
         return 0.0, ()
     if o.zero_stage == 0:
         return 0.0, (4.0 * stage.num_params,)
     sharded = partition_params(cfg, stage, gpus_per_node)
+    if fp32:  # ZeRO-1/2 over fp32 weights: the flattened copy is already fp32 (optimizer_step_bytes)
+        return (4.0 * sharded if o.contiguous_gradients else 0.0), (4.0 * sharded,)
     if o.zero_stage >= 3:
         sub_group = min(sharded, o.sub_group_size_elems)
         partition_b = max(2, DTYPE_BYTES.get(o.grad_accum_dtype or "", 0))
@@ -465,10 +482,11 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
     ZeRO-1/2: the step flattens the rank's 16-bit gradient partition, casts it to an fp32 partition for Adam and
     frees it after the step (stage_1_and_2.py step: flatten(averaged_gradients).to(fp32), then
     single_partition_of_fp32_groups[i].grad = None): 2 + 2 + 4 bytes per parameter of the partition; the other
-    ranks' gradients are freed first (free_grad_in_param_list). ZeRO-3 does the same per optimizer sub-group
-    (_prepare_fp32_grad_for_sub_group, _release_sub_group) beside its gradient partition, which is in the
-    grad_accum_dtype (grad_partitions_flat_buffer): an fp32 partition's flattened copy is already fp32 (4, not
-    2 + 4), the partition 4 bytes per parameter. DeepSpeed's
+    ranks' gradients are freed first (free_grad_in_param_list). Over fp32 weights 4 + 4: the fp32 gradient partition
+    and its flattened copy, whose .to(fp32) is the same tensor (deepspeed 0.19.8 stage_1_and_2.py L3114-3118).
+    ZeRO-3 does the same per optimizer sub-group (_prepare_fp32_grad_for_sub_group, _release_sub_group) beside its
+    gradient partition, which is in the grad_accum_dtype (grad_partitions_flat_buffer): an fp32 partition's flattened
+    copy is already fp32 (4, not 2 + 4), the partition 4 bytes per parameter. DeepSpeed's
     estimate_zero{2,3}_model_states_mem_needs count the fp32 gradients (4 of their 18 bytes) as always alive.
     Measured on one H100 (measurements/h100-sxm5-80gb-2026-11-26, ZeRO-1 bf16, torch AdamW): 22.0 bytes per
     parameter at the peak of the runs the step dominates (c05, c06) = 2 + 12 + 8. Offloaded optimizers add
@@ -485,7 +503,7 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
         return state_bytes(cfg, stage, gpus_per_node)["gradients"] + temporaries * on_rank
     if "deepspeed" not in cfg.framework or o.zero_stage == 0 or runs_bf16_optimizer(cfg):
         return torch_foreach_step_bytes(cfg, stage, gpus_per_node)
-    if cfg.precision == "fp32" or o.offload_optimizer != "none":
+    if o.offload_optimizer != "none" or (cfg.precision == "fp32" and o.zero_stage == 3):
         return 0.0
     sharded = partition_params(cfg, stage, gpus_per_node)
     if o.zero_stage == 3:
