@@ -168,7 +168,8 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
     - bias_activation_fusion: argument_utils.core_transformer_config_from_args takes --no-bias-swiglu-fusion with
       --swiglu, else --no-bias-gelu-fusion; validate_args turns the GeLU one off without biases (--disable-bias-linear),
       where no bias add exists to split. Megatron-DeepSpeed never fuses SwiGLU (core_transformer_config_from_args
-      there sets bias_gelu_fusion False with --swiglu; its ParallelMLP then adds the bias first).
+      there sets bias_gelu_fusion False with --swiglu; its ParallelMLP then adds the bias first), nor --openai-gelu,
+      --onnx-safe or --squared-relu (ParallelMLP fuses only its F.gelu branch).
     - gradient_accumulation_fusion: only Megatron's own DDP has main_grad (Megatron-DeepSpeed's LinearWithGradAccumulation
       has the fused path commented out, the DeepSpeed engine accumulates; torch FSDP2 requires the flag off and
       accumulates in param.grad), so the unfused add is Megatron-LM's without FSDP.
@@ -181,7 +182,10 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
       only way it is detected: resolve.detect_framework), so there it is off whatever the flag says."""
     swiglu = bool(flags.get("swiglu"))
     activation = flags.get("bias_swiglu_fusion" if swiglu else "bias_gelu_fusion", True)
-    if framework == "megatron-deepspeed" and swiglu:
+    # Megatron-DeepSpeed's ParallelMLP takes args.bias_gelu_fusion only in its F.gelu branch (megatron/model/
+    # transformer.py: openai_gelu, onnx_safe, swiglu, squared_relu branches leave it False)
+    if framework == "megatron-deepspeed" and any(flags.get(d) for d in ("swiglu", "openai_gelu", "onnx_safe",
+                                                                        "squared_relu")):
         activation = False
     megatron_ddp = framework == "megatron" and optimizer.fsdp == "none"
     fields = {"masked_softmax_fusion": bool(flags.get("masked_softmax_fusion", True)),

@@ -176,3 +176,18 @@ def test_the_framework_cost_times_an_exact_gelu_op_as_the_exact_gelu(monkeypatch
     for variant in ("none", "tanh"):
         cpu_framework._isolated_s(_gelu(variant), "fp32")
     assert timed == ["gelu_exact", "gelu"]
+
+
+@pytest.mark.parametrize("flags, fused", [
+    ([], True), (["--openai-gelu"], False), (["--onnx-safe", "1"], False), (["--squared-relu"], False),
+])
+def test_megatron_deepspeed_fuses_bias_and_gelu_only_for_its_default_gelu(tmp_path: Path, flags: list[str],
+                                                                          fused: bool) -> None:
+    """ParallelMLP (Megatron-DeepSpeed megatron/model/transformer.py) sets bias_gelu_fusion = args.bias_gelu_fusion
+    only in its F.gelu branch; --openai-gelu, --onnx-safe, --swiglu and --squared-relu leave it False, so the bias is
+    added before the activation (`intermediate_parallel + bias_parallel`)."""
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_micro_batch_size_per_gpu": 2}')
+    _, cfg = resolve_job(["deepspeed", "--num_gpus", "1", "pretrain_gpt.py", "--deepspeed", "--deepspeed_config",
+                          str(ds), *SHAPE, "--global-batch-size", "2", *flags], {})
+    assert cfg.bias_activation_fusion is fused
