@@ -317,7 +317,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     def command(self, line: ScriptLine, text: str) -> None:
         """Read one simple command; a variable it leaves unknown is noted with the line (unknown_value_note)."""
         end_branch(self.conditions, self, text)  # `else`: read from the values before the `if`
-        unknown = set(self.undecidable)
+        unknown, said = set(self.undecidable), dict(self.unknown_at)
         before = dict(self.env) if self.conditions.in_undecided_branch() or BRANCH_WORD.match(text) else None
         removed = set(self.removed)
         try:
@@ -325,8 +325,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         finally:
             self.forget_removed(removed, text)
             start_branches(self.conditions, self)
-            for name in self.undecidable - unknown:
-                self.unknown_at[name] = f"{self.where(line)} (`{line.text.strip()[:70]}`)"
+            for name in self.undecidable - unknown:  # unless the command said where (an `if` in a function it called)
+                if self.unknown_at.get(name) == said.get(name):
+                    self.unknown_at[name] = f"{self.where(line)} (`{line.text.strip()[:70]}`)"
             fresh = self.undecidable - unknown
             settled = settle_branches(self.conditions, self)
             if before is not None:

@@ -223,19 +223,32 @@ def test_ways_that_agree_go_on_as_bash(text: str, tmp_path: Path, monkeypatch: p
 DEFINED_APART = {  # R80: a function the ways through an undecided `if` define apart (or one of them only), called
     # past the `fi`: bash runs the body its branch defined (3.3), so NP is set apart as if the branches set it; was read
     # with the first branch's body (8) and priced, where bash (cfg missing) launches 4 / 3 processes per node
-    "both_branches": "if [ -f cfg ]; then\n  f() {\n    NP=8\n  }\nelse\n  f() {\n    NP=4\n  }\nfi\n",
-    "the_then_over_an_older_one": "f() { NP=3; }\nif [ -f cfg ]; then\n  f() {\n    NP=8\n  }\nfi\n",
+    "both_branches": ("if [ -f cfg ]; then\n  f() {\n    NP=8\n  }\nelse\n  f() {\n    NP=4\n  }\nfi\n", "4"),
+    "the_then_over_an_older_one": ("f() { NP=3; }\nif [ -f cfg ]; then\n  f() {\n    NP=8\n  }\nfi\n", "3"),
 }
 
 
 @pytest.mark.parametrize("name", DEFINED_APART)
 def test_a_function_the_branches_define_apart_is_undecided(name: str, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal names each body's value, as for values the branches set themselves."""
+    text, other = DEFINED_APART[name]
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nNP=2\n{DEFINED_APART[name]}f\n"
-                                       "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
-    with pytest.raises(UsageError, match="nproc"):
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nNP=2\n{text}f\ntorchrun --nproc_per_node $NP pretrain_gpt.py\n")
+    with pytest.raises(UsageError, match="nproc") as refused:
         parse_launch(["bash", "train.sh"], {})
+    assert "NP='8'" in str(refused.value) and f"NP='{other}'" in str(refused.value)
+
+
+def test_an_undecided_if_in_a_called_function_names_its_branches(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The values an undecided `if` in a function sets apart are named where the call leaves them undecided (the
+    call's line overwrote the branches: the launch got `$X` with no word of why)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\ng() {{\n  if {NO_CFG}; then\n    X=1\n  else\n    X=2\n  fi\n}}\n"
+                                       f"g\n{T} --lr $X\n")
+    job = parse_launch(["bash", "train.sh"], {})
+    assert any("line 4 (X='1') or line 6 (X='2')" in warning for warning in job.warnings), job.warnings
 
 
 def test_a_function_the_branches_define_alike_goes_on_as_bash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
