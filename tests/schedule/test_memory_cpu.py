@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from llmperf_hook.api import predict_command
 from llmperf_hook.commands.run import check_gates
@@ -120,3 +121,19 @@ def test_hardware_device_key() -> None:
     with pytest.raises(UsageError, match="device must be gpu or cpu"):
         parse_hardware({"name": "x", "peak_TFLOPs": {"fp32": 1}, "memory_bandwidth_GBps": 1,
                         "memory_capacity_GiB": 1, "device": "tpu"}, "test")
+
+
+def test_device_of_every_writer_and_preset() -> None:
+    """Both directions: no shipped GPU preset and no `llmperf profile --device cuda` file is read as a CPU; both CPU
+    writers' descriptions (before the key) are; the key, where present, wins over the description."""
+    from llmperf_hook.hardware.load import hardware_device_of
+    from llmperf_hook.resources import configs_dir
+
+    presets = sorted((configs_dir() / "hardware").glob("*.yaml"))
+    assert presets and {hardware_device_of(yaml.safe_load(p.read_text()), p.name) for p in presets} == {"gpu"}
+    gpu_profile = "NVIDIA H100 80GB HBM3 measured by `llmperf profile --device cuda`"
+    cpu_local = ("this machine's CPU, described by `llmperf run --instrument` for a job that runs on it (as `llmperf "
+                 "profile --device cpu` would, without its operator samples)")
+    assert [hardware_device_of({"description": d}, "t") for d in (gpu_profile, cpu_local)] == ["gpu", "cpu"]
+    assert hardware_device_of({"description": cpu_local, "device": "gpu"}, "t") == "gpu"
+    assert hardware_device_of({"description": gpu_profile, "device": "CPU"}, "t") == "cpu"
