@@ -51,7 +51,8 @@ _TRUE = (
     "use-flash-attn", "use-flash-attn-v2", "use-flash-attn-triton", "no-pipeline-parallel", "cpu-optimizer",
     "gradient-checkpointing", "adam-offload", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
-    "squared-relu", "openai-gelu", "use-te-activation-func", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
+    "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
+    "openai-gelu", "use-te-activation-func",  # the MLP's GELU (frameworks/script_gelu.megatron_gelu)
     "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu", "fp8-e4m3", "fp8-hybrid",
     "moe-router-pre-softmax", "moe-layer-recompute", "rotary-interleaved", "mla-down-proj-fusion",
     "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",

@@ -122,7 +122,8 @@ def test_the_profile_label_names_the_fallback_per_class() -> None:
                               predict_s=lambda ops, cluster: [1e-3] * len(ops))
     seconds, used = predict_ops([_gelu("none")], load_cluster("dgx-h100"), profile, None)
     assert list(seconds.values()) == [1e-3]
-    assert used["gelu"].startswith("lightgbm:cpu (exact GELU priced by the profile's gelu samples: it has no gelu_exact")
+    assert used["gelu"].startswith("lightgbm:cpu (exact GELU priced by the profile's gelu samples: "
+                                   "it has no gelu_exact")
 
 
 def test_job_specs_sample_the_exact_gelu_the_job_runs() -> None:
