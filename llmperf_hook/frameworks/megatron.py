@@ -130,6 +130,23 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
     )
 
 
+def _final_step_batch(schedule: str) -> int:
+    """The batch of the last threshold of --step-batch-size-schedule 'THRESHOLD:BS ...' (suffixes K M B T), which
+    Megatron's StepBatchsizeNumMicroBatchesCalculator takes as its global_batch_size (schedule sorted by threshold,
+    schedule[-1][1]; megatron/core/num_microbatches_calculator.py)."""
+    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+    try:
+        pairs = [entry.split(":") for entry in schedule.replace(",", " ").split()]
+        steps = [(float(t[:-1]) * scale[t[-1].upper()] if t[-1:].upper() in scale else float(t), int(bs))
+                 for t, bs in pairs]
+    except (ValueError, KeyError):
+        steps = []
+    if not steps:
+        raise ConfigError(f"--step-batch-size-schedule {schedule!r} is not 'THRESHOLD:BATCH_SIZE ...' (e.g. '0:16 "
+                          "2.4B:320'): Megatron's StepBatchsizeNumMicroBatchesCalculator raises ValueError parsing it.")
+    return max(steps)[1]
+
+
 def megatron_batch(flags: FlagValues, dp: int, src: dict[str, Source]) -> BatchConfig:
     if not flags.has("micro_batch_size"):
         raise ConfigError("Megatron requires --micro-batch-size (arguments.py asserts it is set) and the command does not "
@@ -137,6 +154,10 @@ def megatron_batch(flags: FlagValues, dp: int, src: dict[str, Source]) -> BatchC
     mbs, src["micro_batch_size"] = flags.get("micro_batch_size"), flags.source("micro_batch_size")
     if flags.has("global_batch_size"):
         gbs, src["global_batch_size"] = flags.get("global_batch_size"), flags.source("global_batch_size")
+    elif flags.has("step_batch_size_schedule"):
+        gbs = _final_step_batch(str(flags.get("step_batch_size_schedule")))
+        src["global_batch_size"] = Source(SourceKind.ARGV, f"{flags.seen_flags['step_batch_size_schedule']}: its final "
+                                                           f"batch {gbs}, priced for the whole run")
     else:
         gbs, src["global_batch_size"] = mbs * dp, Source(SourceKind.DERIVED, f"Megatron default MBS * DP = {mbs}*{dp}")
     if mbs < 1 or gbs < 1:

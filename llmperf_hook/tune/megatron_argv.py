@@ -106,8 +106,9 @@ def _in_command_spelling(out: list[str], argv: Sequence[str]) -> list[str]:
 def _pin_global_batch(argv: list[str], new: Candidate, batch: tuple[int, int] | None) -> list[str]:
     """Without --global-batch-size Megatron runs micro-batch x DP (arguments.py: args.global_batch_size =
     args.micro_batch_size * args.data_parallel_size, DP = world / (TP x PP x CP)); tune holds the command's global
-    batch, so a layout whose micro-batch x DP differs states it (it ran another batch, or was refused)."""
-    if batch is None or ed.find_flag(argv, GBS):
+    batch, so a layout whose micro-batch x DP differs states it (it ran another batch, or was refused). A
+    --step-batch-size-schedule fixes the batch itself, and validate_args refuses --global-batch-size beside it."""
+    if batch is None or ed.find_flag(argv, GBS) or ed.find_flag(argv, ("--step-batch-size-schedule",)):
         return argv
     world, global_batch = batch
     if new.micro_batch_size * (world // (new.tp * new.pp * new.cp)) == global_batch:

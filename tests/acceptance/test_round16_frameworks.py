@@ -4,6 +4,7 @@ checked against what the framework itself runs (its source cited per test)."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,34 @@ def test_megatron_deepspeed_auto_batch_keys_exit_2(tmp_path: Path, capsys, monke
                             "256", "--tokenizer-type", "GPT2BPETokenizer", "--bf16", "--tensor-model-parallel-size",
                             "2", "--no-pipeline-parallel", "--deepspeed", "--deepspeed_config", "ds.json"], capsys)
     assert code == 2 and "TypeError" in err and "train_batch_size 256" in err, err
+
+
+def test_step_batch_size_schedule_prices_its_final_batch(capsys) -> None:
+    """Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh gives --step-batch-size-schedule "0:16 ... 12B:1536"
+    (and --global-batch-size 1536, which validate_args refuses beside it, exit 2). Without --global-batch-size,
+    StepBatchsizeNumMicroBatchesCalculator's global batch is the schedule's last (megatron/core/
+    num_microbatches_calculator.py: schedule[-1][1]); llmperf priced Megatron's constant default MBS x DP = 8."""
+    command = ["torchrun", "--nproc-per-node", "8", "--nnodes", "128", "pretrain_gpt.py", "--num-layers", "96",
+               "--hidden-size", "12288", "--num-attention-heads", "96", "--seq-length", "2048",
+               "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--step-batch-size-schedule",
+               "0:16 2.4B:320 4.8B:624 7.2B:928 9.6B:1232 12B:1536", "--fp16", "--vocab-size", "50257",
+               "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "16"]
+    code, out, err = run_cli(["explain", "--format", "json", "--", *command], capsys)
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["global_batch_size"], got["num_microbatches"]) == (1536, 192)
+    assert run_cli(["explain", "--", *command, "--global-batch-size", "1536"], capsys)[0] == 2
+
+
+def test_tune_states_no_global_batch_beside_a_step_schedule(capsys) -> None:
+    """tune pinned --global-batch-size into a command that sets --step-batch-size-schedule, which Megatron's
+    validate_args refuses ('Cannot specify both --step-batch-size-schedule and --global-batch-size')."""
+    command = ["torchrun", "--nproc-per-node", "8", "--nnodes", "4", "pretrain_gpt.py", "--num-layers", "32",
+               "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "4096",
+               "--max-position-embeddings", "4096", "--micro-batch-size", "1", "--step-batch-size-schedule",
+               "0:64 1B:256", "--bf16", "--vocab-size", "32000", "--tensor-model-parallel-size", "8"]
+    code, out, err = run_cli(["tune", "--apply", "--dry-run", "--cluster", "dgx-h100", "--", *command], capsys)
+    assert code == 0, err
+    rewritten = shlex.split((out + err).split("would run: ", 1)[1].splitlines()[0])
+    assert "--global-batch-size" not in rewritten
+    assert run_cli(["explain", "--", *rewritten], capsys)[0] == 0
