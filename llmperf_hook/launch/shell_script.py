@@ -218,6 +218,14 @@ _CASE_WORD = re.compile(r"(?:^|[\s;&|(])case\s+$")
 """Text that ends where the word of a `case` command starts (`case x$@ in`: bash does not split that word)."""
 
 
+def _unsplit_word(text: str, outside: list[bool], at: int) -> bool:
+    """Whether the word of `text` around `at` is one bash does not split into fields: an assignment's (`A=x$@`,
+    `A="x y"$@`, `export A=...`; bash manual 3.4) or the word of a `case` (3.2.5.2). `outside`: _scan's marks; the
+    word starts after the last blank or operator outside quotes."""
+    start = next((i + 1 for i in range(at - 1, -1, -1) if outside[i] and text[i] in " \t;&|("), 0)
+    return bool(_ASSIGNMENT_START.match(text, start) or _CASE_WORD.search(text, 0, start))
+
+
 def _unquoted_fields(args: Sequence[str]) -> str:
     """What an unquoted `$@` stands for, as shell text: one word per argument, each split at blanks (3.5.7), so that
     `"x "$@" y"` with arguments `a` and `b c` gives `x a`, `b`, `c y` (the first argument joins the text before, the
@@ -266,8 +274,7 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         last (bash manual 3.4.2: `"pre$@post"`); none without arguments. Not in an assignment (`A="$@"` joins them)."""
         at = found.start()
         _, quote, _ = _scan(text[:at])
-        word = text[:at][max(text.rfind(c, 0, at) for c in " \t;&|(") + 1:]
-        if at >= end or quote or _ASSIGNMENT_START.match(word):
+        if at >= end or quote or _unsplit_word(text, outside, at):
             return found.group(0)
         return shlex.join(args)
 
@@ -276,9 +283,8 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         (`A=x$@`, `A="x y"$@` is one word, 3.4), the word after `case` (not split, 3.2.5.2), nor in a command
         substitution (its own command)."""
         at = found.start()
-        start = next((i + 1 for i in range(at - 1, -1, -1) if outside[i] and text[i] in " \t;&|("), 0)
-        if at >= end or not outside[at] or _ASSIGNMENT_START.match(text, start) or _CASE_WORD.search(text, 0, start) \
-                or text.count("$(", 0, at) > text.count(")", 0, at) or text.count("`", 0, at) % 2:
+        if at >= end or not outside[at] or _unsplit_word(text, outside, at) or \
+                text.count("$(", 0, at) > text.count(")", 0, at) or text.count("`", 0, at) % 2:
             return found.group(0)
         return _unquoted_fields(args)
 

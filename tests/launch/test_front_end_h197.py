@@ -61,6 +61,20 @@ def test_unquoted_all_arguments_within_a_word(name: str, args: str, tmp_path: Pa
     _same_as_bash(UNQUOTED_ALL[name], ARGUMENT_LISTS[args], tmp_path, monkeypatch)
 
 
+QUOTED_ALL_UNSPLIT = {  # R80: `"$@"` in an assignment after a quoted blank and as a `case` word is one word too (read
+    # before as split words: A unknown, 'no launch line')
+    "assigned_after_a_quoted_blank": 'A="x y""$@"\n' + T + ' --tag "$A" --seed 1\n',
+    "exported_after_a_quoted_blank": 'export A="x y""$@"\n' + T + ' --tag "$A" --seed 1\n',
+    "case_word": 'case "$@" in *) ' + T + ' --tag ok;; esac\n',
+}
+
+
+@pytest.mark.parametrize("name", QUOTED_ALL_UNSPLIT)
+def test_all_arguments_quoted_in_a_word_bash_does_not_split(name: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_as_bash(QUOTED_ALL_UNSPLIT[name], ARGUMENT_LISTS["two"], tmp_path, monkeypatch)
+
+
 UNSET = {  # bash manual 4.1 Bourne Shell Builtins `unset`, 3.5.3, 4.3.1 `set -u`
     "unset": f"X=--bf16\nunset X\n{T} $X --a \"$X\" --b=${{X}}c\n",
     "unset_v": f"X=--bf16\nunset -v X\n{T} $X --a \"$X\" --b=${{X}}c\n",
