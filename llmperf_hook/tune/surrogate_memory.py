@@ -36,6 +36,7 @@ from llmperf_hook.schedule import gradient_lifetime as life
 from llmperf_hook.schedule import memory as mem
 from llmperf_hook.schedule.allocator_reserve import (LossBlocks, allocator_reserve_bytes, gradients_outgrow_activations,
                                                      loss_blocks)
+from llmperf_hook.schedule.memory_cpu import on_cpu
 from llmperf_hook.schedule.memory_rule import must_fit_bytes
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES, apply_candidate
 from llmperf_hook.tune.candidates import CandidateTable
@@ -304,9 +305,15 @@ def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -
 
 def estimate_memory_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple[np.ndarray, np.ndarray]:
     """(peak bytes per GPU, must-fit bytes) of each candidate, as memory.estimate_memory gives them (peak_bytes_per_gpu
-    and must_fit_bytes: each the most over the pipeline ranks, schedule/memory_rule.py)."""
+    and must_fit_bytes: each the most over the pipeline ranks, schedule/memory_rule.py). On CPU hardware both are
+    unknown (NaN: never pruned by this estimate, the full predictions decide by predict's rule): there a rank's memory
+    is its process's and the verdict is the sum of a host's ranks against its RAM (schedule/memory_cpu.py), not the
+    GPU terms composed here (CUDA context, whole ZeRO buckets, the caching allocator's reserve, one rank)."""
     if len(cols["tp"]) == 0:
         return np.zeros(0), np.zeros(0)
+    if on_cpu(cluster.gpu):
+        unknown = np.full(len(cols["tp"]), np.nan)
+        return unknown, unknown.copy()
     cols = _with_row_job_columns(cfg, cols)
     row_config = _RowConfigs(cfg, cols)
     state, layers = _state_table(cfg, cluster, cols, row_config)
