@@ -208,8 +208,9 @@ def _with_operator(value: str | None, op: str, word: str) -> str | None:
     return "" if empty else word
 
 
-_QUOTED_ALL = re.compile(r"\"\$(?:\{@\}|@)\"")
-"""`"$@"`, alone or within a word (`--x="$@"`, `"$@"x`)."""
+_QUOTED_ALL = re.compile(r"\"([^\"$`\\]*)\$(?:\{@\}|@|\{@:-([^\"$`\\}]*)\})([^\"$`\\]*)\"")
+"""`"$@"`, alone or within a word (`--x="$@"`, `"$@"x`), with plain text around it in its quotes (`"x $@ y"`) or a
+default (`"${@:-x}"`)."""
 _ASSIGNMENT_START = re.compile(r"[A-Za-z_]\w*\+?=")
 _UNQUOTED_ALL = re.compile(r"\$(?:\{[@*]\}|[@*])")
 """`$@` / `$*` (`${@}`, `${*}`): unquoted, each argument is a word, itself split at blanks (bash manual 3.4.2)."""
@@ -270,13 +271,21 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         return found.group(0) if value is None else shlex.join(value.split())
 
     def each_arg(found: re.Match[str]) -> str:
-        """One word per argument, the text before `"$@"` in its word joined to the first and the text after it to the
-        last (bash manual 3.4.2: `"pre$@post"`); none without arguments. Not in an assignment (`A="$@"` joins them)."""
+        """One word per argument, the text before `"$@"` in its word (`pre"$@"`, `"pre $@"`) joined to the first and
+        the text after it to the last (bash manual 3.4.2: `"pre$@post"`); none without arguments; the default of
+        `"${@:-x}"`. Not in an assignment (`A="$@"` joins them) nor a `case` word (_unsplit_word)."""
         at = found.start()
         _, quote, _ = _scan(text[:at])
         if at >= end or quote or _unsplit_word(text, outside, at):
             return found.group(0)
-        return shlex.join(args)
+        before, default, after = found.groups()
+        if not args or (default is not None and args == [""]):  # null: no word, unless text in the quotes or a
+            # default gives one (3.5.3 `${@:-x}`: $@ is null without arguments or with one empty one)
+            return "" if not before and not after and default is None else shlex.quote(before + (default or "") + after)
+        words = list(args)
+        words[0] = before + words[0]
+        words[-1] += after
+        return shlex.join(words)
 
     def unquoted_args(found: re.Match[str]) -> str:
         """An unquoted `$@` / `$*` within a word (`"x "$@" y"`, `x$*y`): _unquoted_fields. Not in an assignment

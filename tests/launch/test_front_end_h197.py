@@ -75,6 +75,21 @@ def test_all_arguments_quoted_in_a_word_bash_does_not_split(name: str, tmp_path:
     _same_as_bash(QUOTED_ALL_UNSPLIT[name], ARGUMENT_LISTS["two"], tmp_path, monkeypatch)
 
 
+QUOTED_ALL = {  # R80: `"$@"` with text in its quotes or a default (3.4.2, 3.5.3): `"x $@ y"` with a and 'b c' gives
+    # 'x a', 'b c y' and `"${@:-x}"` one word per argument (both were the one word 'x a b c y' / 'a b c')
+    "text_in_its_quotes": T + ' --tag "x $@ y" --seed 1\n',
+    "default": T + ' --tag "${@:-x}" --seed 1\n',
+    "empty_default": T + ' --tag "${@:-}" --seed 1\n',
+}
+
+
+@pytest.mark.parametrize("args", [*ARGUMENT_LISTS, "one_empty"])
+@pytest.mark.parametrize("name", QUOTED_ALL)
+def test_all_arguments_quoted_with_text_or_a_default(name: str, args: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_as_bash(QUOTED_ALL[name], ARGUMENT_LISTS.get(args, [""]), tmp_path, monkeypatch)
+
+
 UNSET = {  # bash manual 4.1 Bourne Shell Builtins `unset`, 3.5.3, 4.3.1 `set -u`
     "unset": f"X=--bf16\nunset X\n{T} $X --a \"$X\" --b=${{X}}c\n",
     "unset_v": f"X=--bf16\nunset -v X\n{T} $X --a \"$X\" --b=${{X}}c\n",
