@@ -246,6 +246,7 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
                              model_param_tensors(cfg, stage, num_layers))
     ops += deepspeed_mixed_precision(cfg, stage, num_layers, local, num_params)
     ops += zero3_hook_ops(cfg, stage, num_layers)
+    ops += zero12_grad_norm_ops(cfg, dense)
     if sharded and o.zero_stage < 3:
         fp8 = fp8_linear_params(cfg, stage, num_params, num_layers) if fp8_param_gather(cfg) else 0
         fp8_expert = min(fp8, num_expert)
@@ -254,6 +255,25 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     if o.zero_stage == 3:
         ops += persistent_gather_ops(cfg, num_layers, stage == p.pp - 1, dense)
     return tuple(ops)
+
+
+GRAD_NORM_BYTES = 4
+"""The fp32 scalar DeepSpeed's ZeRO-1/2 optimizer all-reduces for the global gradient norm."""
+
+
+def zero12_grad_norm_ops(cfg: TrainingConfig, dense: Collective) -> list[Op]:
+    """DeepSpeed's ZeRO-1/2 step all-reduces the gradient norm's square sum (GRAD_NORM_BYTES, SUM) over the
+    data-parallel group once per optimizer parameter group (DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py: step ->
+    scaled_global_norm -> get_grad_norm_direct, dist.all_reduce(total_norm, group=self.dp_process_group); offloaded:
+    complete_grad_norm_calculation_for_cpu_offload, the same call), every step, clipping or not. Priced as one call
+    (a script's AdamW(model.parameters()) has one group; Megatron-DeepSpeed's and the HF Trainer's two add one more
+    such latency). Not priced: the same scalar's all-reduce over the model-parallel group (_model_parallel_all_reduce,
+    Megatron-DeepSpeed with TP / PP), the overflow flag's all-reduce (has_overflow) and compute_grad_norm false
+    (which needs gradient_clipping 0). ZeRO-0 and the BF16 optimizer step elsewhere (runtime/bf16_optimizer.py)."""
+    zero12 = "deepspeed" in cfg.framework and cfg.optimizer.zero_stage in (1, 2) and not runs_bf16_optimizer(cfg)
+    if not zero12 or dense.group_size == 1:
+        return []
+    return [comm_op("zero.gradient_norm_allreduce", "allreduce", "step", GRAD_NORM_BYTES, dense, cfg, None)]
 
 
 def offloaded_optimizer_share(cfg: TrainingConfig, local_params: int) -> float:
