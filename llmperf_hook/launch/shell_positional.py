@@ -150,7 +150,7 @@ def _declare(script: _Script, line: ScriptLine, words: list[str]) -> None:
             script.assign([word])
         if "x" in options:  # `declare -x NAME=value`: exported, as `export` (bash manual 4.2 declare)
             script.exported.add(name)
-        if (words[0] == "readonly" or "r" in options) and "f" not in options:  # `unset NAME` fails from now on
+        if (words[0] == "readonly" or "r" in options) and "f" not in options and not scoped:  # `unset NAME` fails
             script.readonly.add(name)
 
 

@@ -116,6 +116,7 @@ UNSET = {  # bash manual 4.1 Bourne Shell Builtins `unset`, 3.5.3, 4.3.1 `set -u
     "declare_r_then_unset": f"declare -r X=--bf16\nunset -v X\n{T} $X\n",
     "nounset_readonly_then_unset": f"set -u\nX=--bf16\nreadonly X\nunset X\n{T} $X\n",
     "readonly_in_a_subshell_then_unset": f"X=--bf16\n(readonly X)\nunset X\n{T} --a \"$X\"\n",
+    "local_readonly_gone_after_its_function": f"f() {{ local -r X=1; }}\nf\nX=--bf16\nunset X\n{T} --a \"$X\"\n",
 }
 
 
