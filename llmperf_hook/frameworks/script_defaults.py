@@ -127,15 +127,19 @@ def _globals(defined: dict[int, ast.AST]) -> dict[int, set[str]]:
             for function, node in defined.items()}
 
 
-def _families(made: list[tuple[tuple[int, str], ast.Call]],
-              resolve: Callable[[int, ast.expr], tuple[int, str] | None]) -> dict[tuple[int, str], tuple[int, str] | None]:
+_Key = tuple[int, str]
+"""A parser built in the file: the function that builds it and the name it is built into."""
+
+
+def _families(made: list[tuple[_Key, ast.Call]], resolve: Callable[[int, ast.expr], _Key | None]) -> \
+        dict[_Key, _Key | None]:
     """Parsers joined by `parents=[...]` as one: ArgumentParser.__init__ adds each parent's actions (the same Action
     objects, _add_container_actions) and its _defaults to the new parser, so a set_defaults of either reaches the
     options of both (Lib/argparse.py). A parent the source does not name (`parents=[base()]`) maps the child to
     None: on every parser, as a parser the source does not tie to one."""
-    family: dict[tuple[int, str], tuple[int, str] | None] = {}
+    family: dict[_Key, _Key | None] = {}
 
-    def head(key: tuple[int, str] | None) -> tuple[int, str] | None:
+    def head(key: _Key | None) -> _Key | None:
         while key is not None and family.get(key, key) != key:
             key = family[key]
         return key
