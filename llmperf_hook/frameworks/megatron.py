@@ -19,6 +19,7 @@ from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
 from llmperf_hook.frameworks.megatron_rules import CHOICES
 from llmperf_hook.frameworks.pipeline_layout import layout_num_stages
 from llmperf_hook.frameworks.script_flags import FALSE_DESTS, NOT_MODELLED
+from llmperf_hook.frameworks.step_batch_schedule import StepBatchSchedule, step_batch_schedule, unsplit_batches_warning
 from llmperf_hook.frameworks.step_flags import step_flag_warnings
 from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, OptimizerConfig, ParallelLayout,
                                                      RecomputeConfig)
@@ -130,21 +131,11 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
     )
 
 
-def _final_step_batch(schedule: str) -> int:
-    """The batch of the last threshold of --step-batch-size-schedule 'THRESHOLD:BS ...' (suffixes K M B T), which
-    Megatron's StepBatchsizeNumMicroBatchesCalculator takes as its global_batch_size (schedule sorted by threshold,
-    schedule[-1][1]; megatron/core/num_microbatches_calculator.py)."""
-    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
-    try:
-        pairs = [entry.split(":") for entry in schedule.replace(",", " ").split()]
-        steps = [(float(t[:-1]) * scale[t[-1].upper()] if t[-1:].upper() in scale else float(t), int(bs))
-                 for t, bs in pairs]
-    except (ValueError, KeyError):
-        steps = []
-    if not steps:
-        raise ConfigError(f"--step-batch-size-schedule {schedule!r} is not 'THRESHOLD:BATCH_SIZE ...' (e.g. '0:16 "
-                          "2.4B:320'): Megatron's StepBatchsizeNumMicroBatchesCalculator raises ValueError parsing it.")
-    return max(steps)[1]
+def megatron_step_schedule(flags: FlagValues) -> StepBatchSchedule:
+    """--step-batch-size-schedule with its thresholds in tokens of args.seq_length (validate_args sets it from
+    --encoder-seq-length when not given)."""
+    seq = flags.get("seq_length") or flags.get("encoder_seq_length")
+    return step_batch_schedule(str(flags.get("step_batch_size_schedule")), int(seq) if seq else None)
 
 
 def megatron_batch(flags: FlagValues, dp: int, src: dict[str, Source]) -> BatchConfig:
@@ -155,7 +146,7 @@ def megatron_batch(flags: FlagValues, dp: int, src: dict[str, Source]) -> BatchC
     if flags.has("global_batch_size"):
         gbs, src["global_batch_size"] = flags.get("global_batch_size"), flags.source("global_batch_size")
     elif flags.has("step_batch_size_schedule"):
-        gbs = _final_step_batch(str(flags.get("step_batch_size_schedule")))
+        gbs = megatron_step_schedule(flags).final_batch
         src["global_batch_size"] = Source(SourceKind.ARGV, f"{flags.seen_flags['step_batch_size_schedule']}: its final "
                                                            f"batch {gbs}, priced for the whole run")
     else:
@@ -441,6 +432,8 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     else:
         model = resolve_megatron_shape(flags, parallel.tp, src, warnings, ds_flavour, script)
     batch = megatron_batch(flags, parallel.dp, src)
+    if flags.has("step_batch_size_schedule") and not flags.has("global_batch_size"):
+        warnings.extend(unsplit_batches_warning(megatron_step_schedule(flags), batch.micro_batch_size, parallel.dp))
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
     warnings.extend(not_modelled_warnings(flags))
     return MegatronParts(model, parallel, batch, megatron_precision(flags, src, warnings),

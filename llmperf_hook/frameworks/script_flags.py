@@ -138,7 +138,8 @@ FALSE_DESTS = frozenset(dest for dest, kind in ((f.dest, f.kind) for f in SCRIPT
 # when given, i.e. False; frameworks/step_flags.py has the step flags' rules).
 NOT_MODELLED: dict[str, str] = {
     "rampup_batch_size": "batch-size ramp-up: predicted at the final global batch size",
-    "step_batch_size_schedule": "step batch-size schedule: predicted at --global-batch-size",
+    "step_batch_size_schedule": "step batch-size schedule: predicted at its final batch (steps at its earlier "
+                                "batches are not priced)",
     "embed_layernorm": "embedding layer norm (bigscience Megatron-DeepSpeed) not modelled",
     "empty_unused_memory_level": "torch.cuda.empty_cache() after every step not timed",
     "hybrid_override_pattern": "hybrid Mamba/attention layer pattern: every layer modelled as a transformer layer",

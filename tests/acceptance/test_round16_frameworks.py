@@ -188,3 +188,45 @@ def test_tune_states_no_global_batch_beside_a_step_schedule(capsys) -> None:
     rewritten = shlex.split((out + err).split("would run: ", 1)[1].splitlines()[0])
     assert "--global-batch-size" not in rewritten
     assert run_cli(["explain", "--", *rewritten], capsys)[0] == 0
+
+
+SCHEDULED = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "32", "--hidden-size", "4096",
+             "--num-attention-heads", "32", "--seq-length", "4096", "--max-position-embeddings", "4096",
+             "--micro-batch-size", "1", "--bf16", "--vocab-size", "32000", "--tensor-model-parallel-size", "2"]
+"""A Megatron-LM command at DP 4 (8 GPUs, TP 2) to give --step-batch-size-schedule to."""
+
+
+@pytest.mark.parametrize(("schedule", "says"), [
+    ("0:16 0:64", "strictly increasing"), ("0:16 4000:64", "strictly increasing"),  # 4000 tokens // 4096 = sample 0
+    ("8192:16 1B:64", "first schedule entry must have threshold 0"), ("0:16 1B:-8", "batch size must be positive"),
+    ("0:16 1B", "Invalid schedule entry"), ("0:16 1B:x", "ValueError")])
+def test_step_schedule_megatron_refuses_exits_2(schedule: str, says: str, capsys) -> None:
+    """StepBatchsizeNumMicroBatchesCalculator (megatron/core/num_microbatches_calculator.py) turns thresholds from
+    tokens into samples (// seq_length) and asserts a first threshold 0, strictly increasing thresholds and positive
+    batches (_validate_schedule); _parse_schedule raises ValueError on an entry without ':' or a word not a number.
+    H199's reading took the largest (threshold, batch) and priced all of these."""
+    code, _, err = run_cli(["explain", "--", *SCHEDULED, "--step-batch-size-schedule", schedule], capsys)
+    assert code == 2 and says in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("schedule", "final"), [("0:16 1B:1K", 1000), ("100:16 1B:64", 64), ("0:16,2.4B:32", 32)])
+def test_step_schedule_reads_as_megatron(schedule: str, final: int, capsys) -> None:
+    """Megatron's _parse_numeric_value takes suffixes on the batch too (1K = 1000; H199's reading refused it), a
+    threshold of 100 tokens is sample 0 at seq length 4096 (accepted), and commas separate entries."""
+    code, out, err = run_cli(["explain", "--format", "json", "--", *SCHEDULED, "--step-batch-size-schedule", schedule],
+                             capsys)
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["global_batch_size"] == final
+    assert any("predicted at its final batch" in w for w in got["warnings"]), got["warnings"]
+
+
+def test_step_schedule_batch_micro_x_dp_does_not_split_is_warned(capsys) -> None:
+    """update(consistency_check=True) asserts 'current global batch size (18) is not divisible by micro_batch_size (1)
+    * data_parallel_size (4)' once training reaches that batch (a fresh run: at its first step); the final batch is
+    checked as the global batch (exit 2)."""
+    code, out, err = run_cli(["explain", "--format", "json", "--", *SCHEDULED, "--step-batch-size-schedule",
+                              "0:18 1B:64"], capsys)
+    assert code == 0, err
+    assert any("batch 18 is not divisible by micro-batch x DP = 1 x 4" in w for w in json.loads(out)["warnings"])
+    assert run_cli(["explain", "--", *SCHEDULED, "--step-batch-size-schedule", "0:16 1B:66"], capsys)[0] == 2
