@@ -53,7 +53,8 @@ from llmperf_hook.schedule.allocator_reserve import (allocator_reserve_bytes, gr
                                                      loss_blocks)
 from llmperf_hook.schedule.gradient_lifetime import (backward_starts_without_gradients, bucket_allocated_after_loss,
                                                      gradients_freed_each_step)
-from llmperf_hook.schedule.memory_cpu import cpu_memory_estimate, cpu_rank_buffers, cpu_rank_memory, on_cpu
+from llmperf_hook.schedule.memory_cpu import (cpu_memory_estimate, cpu_rank_buffers, cpu_rank_memory,
+                                             cpu_step_temporary_bytes, on_cpu)
 from llmperf_hook.schedule.memory_fit import fit_verdict
 from llmperf_hook.schedule.memory_rule import must_fit_bytes
 from llmperf_hook.schedule.optimizer_state import (FP32_BYTES, foreach_step_temporary_bytes_per_param,
@@ -414,6 +415,8 @@ def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
     backward_only = transient + parts.get("zero3_live_params", 0.0) + (
         parts.get("zero_buckets", 0.0) if freed_buckets else 0.0)
     grads, step = parts["gradients"], optimizer_step_bytes(cfg, stage, gpus_per_node)
+    if on_cpu(gpu):  # torch.optim's single-tensor Adam on the flat partition (memory_cpu.py)
+        step += cpu_step_temporary_bytes(cfg, partition_params(cfg, stage, gpus_per_node))
     no_grads = backward_starts_without_gradients(cfg)
     if no_grads:
         later = max(grads, step)

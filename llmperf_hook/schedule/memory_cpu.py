@@ -80,6 +80,26 @@ def cpu_rank_buffers(parts: Mapping[str, float], bucket_elems: float, gradient_e
     return out
 
 
+SINGLE_TENSOR_ADAM_TEMPORARY_BYTES = 8.0
+"""Bytes per element of the tensor torch.optim's Adam / AdamW steps on a CPU: torch picks the single-tensor loop there
+(optimizer.py _default_to_fused_or_foreach: foreach and fused only on CUDA-like devices), whose
+`denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)` holds two fp32 temporaries of the tensor at once
+(torch/optim/adam.py _single_tensor_adam L544, torch 2.13)."""
+
+
+def cpu_step_temporary_bytes(cfg: TrainingConfig, partition_params: float) -> float:
+    """What a CPU rank's optimizer step allocates beyond the gradients memory.optimizer_step_bytes counts: DeepSpeed
+    ZeRO-1/2 hands a client torch.optim Adam (torch_optimizer_impl foreach: torch's default, single-tensor on a CPU)
+    its fp32 partition as one flat tensor (stage_1_and_2.py single_partition_of_fp32_groups), so the temporaries are
+    the partition's. A script stepping its own parameters makes them one tensor at a time (not counted), fused=True
+    none, DeepSpeed's own optimizers their C++ loop."""
+    o = cfg.optimizer
+    client_adam = o.name == "adam" and o.torch_optimizer_impl == "foreach" and o.offload_optimizer == "none"
+    if "deepspeed" not in cfg.framework or o.zero_stage not in (1, 2) or not client_adam:
+        return 0.0
+    return SINGLE_TENSOR_ADAM_TEMPORARY_BYTES * partition_params
+
+
 @lru_cache(maxsize=4)
 def _resident_table(path: str, mtime_ns: int) -> dict[str, Any]:
     import yaml

@@ -54,3 +54,25 @@ def test_fp32_zero_step_flattens_the_gradient_partition(tmp_path: Path, zero: in
 def test_fp32_zero3_shares_its_weights_as_master(tmp_path: Path) -> None:
     cfg, stage, sharded = _deepspeed(tmp_path, 3, bf16=False)
     assert state_bytes(cfg, stage, 8)["optimizer_states"] == pytest.approx(8 * sharded)
+
+
+def test_cpu_zero2_step_holds_the_single_tensor_adam_temporaries(tmp_path: Path) -> None:
+    """On a CPU the client torch AdamW steps the flat fp32 partition with its single-tensor loop (two temporaries, 8 B):
+    at the step a one-rank ZeRO-2 job holds weights 4 + master 4 + moments 8 + gradient partition 4 + its flattened
+    copy 4 + 8 = 32 B per parameter beside its process (H194's h768 run: 845 MiB at the end of step 0)."""
+    from llmperf_hook.hardware.load import parse_cluster
+
+    ds = tmp_path / "z2.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "train_batch_size": 1,
+                              "zero_optimization": {"stage": 2}}))
+    argv = ["deepspeed", "--num_gpus", "1", str(TRAIN_GPT), "--deepspeed_config", str(ds), "--num-layers", "2",
+            "--hidden-size", "768", "--num-attention-heads", "4", "--seq-length", "16", "--max-position-embeddings",
+            "16", "--micro-batch-size", "1", "--global-batch-size", "1", "--vocab-size", "1024",
+            "--no-pipeline-parallel"]
+    hw = {"name": "cpu-t", "peak_TFLOPs": {"fp32": 0.09}, "memory_bandwidth_GBps": 16, "memory_capacity_GiB": 64,
+          "device": "cpu"}
+    cluster = parse_cluster({"name": "c", "gpu": hw, "gpus_per_node": 1, "intra_node_bandwidth_GBps": 2,
+                             "inter_node_bandwidth_GBps": 1}, "test")
+    pred = predict_command(argv, {}, cluster=cluster)
+    mem, params = pred.estimate.memory, build_graph(pred.config, pred.cluster).stages[0].num_params
+    assert mem.peak_bytes_per_gpu - mem.components["process_resident"] == pytest.approx(32 * params, rel=1e-3)
