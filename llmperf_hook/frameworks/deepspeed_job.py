@@ -302,13 +302,16 @@ def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchCon
                                f"Add \"train_batch_size\": {fallback.global_batch_size} and "
                                f"\"train_micro_batch_size_per_gpu\": {fallback.micro_batch_size}, the batch of "
                                "--global-batch-size and --micro-batch-size.")
-        if _auto_batch_keys(ds):  # deepspeed.initialize gets the strings: DeepSpeedConfig's arithmetic raises
-            raise ConfigError(f"{ds.path} leaves {' and '.join(_auto_batch_keys(ds))} \"auto\": Megatron-DeepSpeed hands "
-                              "the file to deepspeed.initialize as json.load reads it (megatron/training.py "
-                              "_create_ds_config_dict) and DeepSpeedConfig._configure_train_batch_size stops on the "
-                              "string (TypeError); only the Hugging Face Trainer and Accelerate fill \"auto\" in. Write "
-                              f"train_batch_size {fallback.global_batch_size} and train_micro_batch_size_per_gpu "
-                              f"{fallback.micro_batch_size} (--global-batch-size, --micro-batch-size).")
+        autos = _auto_batch_keys(ds)
+        if autos:  # deepspeed.initialize gets the strings: DeepSpeedConfig's arithmetic raises
+            numbers = {"train_batch_size": fallback.global_batch_size, "train_micro_batch_size_per_gpu":
+                       fallback.micro_batch_size, "gradient_accumulation_steps": fallback.num_microbatches}
+            raise ConfigError(f"{ds.path} leaves {' and '.join(autos)} \"auto\": Megatron-DeepSpeed hands the file to "
+                              "deepspeed.initialize as json.load reads it (megatron/training.py _create_ds_config_dict) "
+                              "and DeepSpeedConfig._configure_train_batch_size stops on the string (TypeError); only "
+                              "the Hugging Face Trainer and Accelerate fill \"auto\" in. Write "
+                              f"{' and '.join(f'{key} {numbers[key]}' for key in autos)} (from --global-batch-size "
+                              "and --micro-batch-size).")
     train, micro, gas = given(ds.train_batch_size), given(ds.micro_batch_size), given(ds.gradient_accumulation_steps)
     autos = _auto_batch_keys(ds)
     if train is None and micro is None and autos and fallback is None:

@@ -144,19 +144,27 @@ def test_tune_keeps_a_pipeline_for_deferred_embedding_wgrad(tmp_path: Path, caps
     assert run_cli(["explain", "--", *rewritten], capsys)[0] == 0
 
 
-def test_megatron_deepspeed_auto_batch_keys_exit_2(tmp_path: Path, capsys, monkeypatch) -> None:
+@pytest.mark.parametrize(("batch_keys", "fix"), [
+    ({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"},
+     "train_batch_size 256 and train_micro_batch_size_per_gpu 4"),
+    ({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto"},
+     "gradient_accumulation_steps 16")])
+def test_megatron_deepspeed_auto_batch_keys_exit_2(batch_keys: dict, fix: str, tmp_path: Path, capsys,
+                                                    monkeypatch) -> None:
     """Megatron-DeepSpeed's pretrain_gpt.py passes its --deepspeed_config to deepspeed.initialize as json.load reads
     it (megatron/training.py _create_ds_config_dict), so "auto" batch keys reach DeepSpeedConfig, whose batch
-    arithmetic raises TypeError; llmperf priced them as Megatron's batch with a warning."""
+    arithmetic raises TypeError (deepspeed 0.19.8, each of the three keys: checked); llmperf priced them as
+    Megatron's batch with a warning. The message writes each "auto" key's number (R84: an "auto"
+    gradient_accumulation_steps was told to write train_batch_size and micro, which leaves the TypeError)."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-                                                  "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}))
+    (tmp_path / "ds.json").write_text(json.dumps({**batch_keys, "zero_optimization": {"stage": 1},
+                                                  "bf16": {"enabled": True}}))
     code, _, err = run_cli(["explain", "--", "deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "24",
                             "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "2048",
                             "--max-position-embeddings", "2048", "--micro-batch-size", "4", "--global-batch-size",
                             "256", "--tokenizer-type", "GPT2BPETokenizer", "--bf16", "--tensor-model-parallel-size",
                             "2", "--no-pipeline-parallel", "--deepspeed", "--deepspeed_config", "ds.json"], capsys)
-    assert code == 2 and "TypeError" in err and "train_batch_size 256" in err, err
+    assert code == 2 and "TypeError" in err and fix in err, err
 
 
 def test_step_batch_size_schedule_prices_its_final_batch(capsys) -> None:
