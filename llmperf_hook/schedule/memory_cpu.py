@@ -52,9 +52,11 @@ commands run on this machine: the CPU testbed's 12 (58 recorded runs; 24.8 % at 
 (plain torch, torchrun DDP, DeepSpeed ZeRO-2 with 15 M parameters: the 31.2 %) (benchmarks/bench_cpu_memory.py,
 benchmarks/results/cpu_memory_2026-11-28.txt: MAPE 11.4 %, every one predicted low). Low because the C library's
 heap keeps growing over the steps (arenas, fragments it does not return; 6.6 % against the RSS at the end of the
-first step) and DeepSpeed ZeRO-1/2's fp32 copies are not modelled (the partition's fp32 clone, the contiguous
-gradient partition, the step's flattened gradients: ~15 bytes per parameter short in fp32). A host whose RAM is above
-its ranks' sum by less than this share of it may run out."""
+first step) and, before R81 priced them, DeepSpeed ZeRO-1/2's fp32 master clone and step copy (memory.py
+zero_fp32_master_bytes_per_param, optimizer_step_bytes) and Adam's single-tensor temporaries (cpu_step_temporary_bytes):
+with them the ZeRO-2 run is -9.0 % and the largest error 24.8 % (the testbed's ZeRO-3 h512;
+benchmarks/results/cpu_memory_2026-11-28-r81.txt); the band is kept until those three runs are measured again. A host
+whose RAM is above its ranks' sum by less than this share of it may run out."""
 
 
 def on_cpu(gpu: HardwareSpec | None) -> bool:
