@@ -68,6 +68,10 @@ MAX_READINGS = 7
 """Most readings per dtype, whatever the budget."""
 TINY_PAIRS = 31
 """Interleaved (1-layer, 9-layer) step pairs of the tiny models per reading (~10 ms a pair: cf.paired_difference_s)."""
+TINY_ISOLATED = (f"per_unit_s's isolated ops sampled in {cf.ISOLATED_REPS} rounds, one after every "
+                 f"{TINY_PAIRS // cf.ISOLATED_REPS} of the {TINY_PAIRS} tiny pairs, median per op")
+"""The entry's reading_plan["tiny_isolated"]: how its per_unit_s was read (files without it, before 28 Nov 2026: the
+ops sampled 3 times in a row after the bias shapes)."""
 
 
 @dataclass(frozen=True)
@@ -297,7 +301,8 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
             transport.close()
     if not raws:
         return None
-    return {**summarize(raws, fixed, dtype, loads, time.perf_counter() - t0), "reading_plan": plan_record(plan, ratio)}
+    record = {**plan_record(plan, ratio), "tiny_isolated": TINY_ISOLATED}
+    return {**summarize(raws, fixed, dtype, loads, time.perf_counter() - t0), "reading_plan": record}
 
 
 def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, loads: Sequence[float],

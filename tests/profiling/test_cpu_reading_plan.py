@@ -91,6 +91,7 @@ def test_a_slow_dtype_is_read_on_the_light_plan_and_the_entry_says_how(monkeypat
     assert got["transport"] == {"engines": light.transport, "reps": light.reps}
     record = entry["reading_plan"]
     assert record["name"] == "light" and record["step_per_fp32"] == 9.5
+    assert record["tiny_isolated"] == cfr.TINY_ISOLATED  # which per_unit_s method the file's term came from
     assert record["shapes"]["reference"] == light.reference
     assert set(record["terms"]) >= {"per_unit_s", "compute_scale", "deepspeed_step", "rank_transport"}
     assert plans.plan_of(entry) is light and plans.plan_of({}) is plans.FULL

@@ -151,7 +151,8 @@ def test_the_isolated_difference_samples_the_ops_the_large_model_issues_beyond_t
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Step 1's isolated ops are the layer ops the 9-layer graph issues beyond the 1-layer one, each distinct op
     sampled ISOLATED_REPS times, a round of every op at a time (median: a burst outvoted) and counted as often as
-    the difference issues it; ops both graphs issue once (embedding, loss) cancel and are not sampled. A backward op is sampled as a backward."""
+    the difference issues it; ops both graphs issue once (embedding, loss) cancel and are not sampled. A backward op
+    is sampled as a backward."""
     from llmperf_hook.graph.op import Op
     from llmperf_hook.profile import op_sampler
 
