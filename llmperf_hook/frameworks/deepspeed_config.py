@@ -214,8 +214,8 @@ def _batch_and_precision(raw: dict[str, Any], origin: str, src: dict[str, Source
     if out["fp16"] is True and out["bf16"] is True:
         raise ConfigError(f"{origin} enables both fp16 and bf16; DeepSpeed rejects it ('bfloat16 and fp16 modes cannot be "
                           "simultaneously enabled'). Keep one.")
-    for key in ("fp16", "bf16"):
-        if out[key]:
+    for key in ("fp16", "bf16"):  # an explicit "enabled": false too: the Trainer's fill_match holds it to --fp16/--bf16
+        if out[key] or (isinstance(raw.get(key), dict) and "enabled" in raw[key]):
             src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} {key}.enabled")
     out["torch_autocast"] = _autocast(raw.get("torch_autocast"), origin)
     if out["torch_autocast"]:

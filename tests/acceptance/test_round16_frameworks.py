@@ -28,6 +28,19 @@ def _explain(folder: Path, config: dict, command: list[str], capsys, monkeypatch
     return json.loads(out)
 
 
+@pytest.mark.parametrize("flag", ["--bf16", "--fp16"])
+def test_trainer_precision_flag_against_a_disabled_ds_section_exits_2(flag: str, tmp_path: Path, capsys,
+                                                                       monkeypatch) -> None:
+    """An explicit {"bf16": {"enabled": false}} with the Trainer's --bf16 (fp16 alike): HfTrainerDeepSpeedConfig.
+    trainer_config_process fill_match("bf16.enabled", args.bf16 or args.bf16_full_eval) records the mismatch and the
+    Trainer raises 'Please correct the following DeepSpeed config values that mismatch TrainingArguments values'
+    (transformers integrations/deepspeed.py). llmperf priced it fp32 (R84): a disabled section was not a source."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps({**NO_PRECISION, flag.lstrip("-"): {"enabled": False}}))
+    code, _, err = run_cli(["explain", "--model", "llama2-7b", "--", *TRAINER, flag], capsys)
+    assert code == 2 and f"{flag.lstrip('-')}.enabled=False vs hf {flag} True" in err, err
+
+
 @pytest.mark.parametrize(("flags", "precision", "source"), [
     (["--bf16"], "bf16", "--bf16"), (["--fp16"], "fp16", "--fp16"), ([], "fp32", "neither fp16 nor bf16")])
 def test_trainer_precision_flag_without_a_ds_section(flags: list[str], precision: str, source: str, tmp_path: Path,
