@@ -179,7 +179,9 @@ def _check_a2a_heads(types: Sequence[str], script_args: Sequence[str], model: Mo
     the first --hierarchical-context-parallel-sizes) spreads each rank's heads over its group: Transformer Engine's
     AttnFuncWithCPAndQKVOA2A asserts 'The number of attention heads needs to be divisible by CP size!' for the query
     heads and the key/value heads of each tensor-parallel rank (transformer_engine/pytorch/attention/
-    dot_product_attention/context_parallel.py), at the first forward. Key/value groups fewer than TP are one per rank."""
+    dot_product_attention/context_parallel.py; TE 2.16 on words it "cp_comm_type='a2a' requires num_heads % cp_size
+    == 0 for Q, K, V"), at the first forward. Key/value groups fewer than TP are one per rank (attention.py: the
+    rank keeps one key/value head and num_attention_heads / TP query heads)."""
     levels = list_values(script_args, "--hierarchical-context-parallel-sizes") or []
     size = parallel.cp if any(t == "a2a" for t in types) else int(levels[0]) if levels and any(
         t == "a2a+p2p" for t in types) else 1
@@ -188,7 +190,8 @@ def _check_a2a_heads(types: Sequence[str], script_args: Sequence[str], model: Mo
         raise ConfigError(f"--cp-comm-type {' '.join(types)} spreads each rank's {heads} query heads and {groups} "
                           f"key/value heads (of {model.num_attention_heads} / {model.num_query_groups} over "
                           f"tensor-model-parallel-size {parallel.tp}) over an all-to-all group of {size}: Transformer "
-                          "Engine asserts 'The number of attention heads needs to be divisible by CP size!' at the first "
+                          "Engine asserts 'The number of attention heads needs to be divisible by CP size!' (TE 2.16 "
+                          "on: \"cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q, K, V\") at the first "
                           "forward. Use --cp-comm-type p2p, a smaller context-parallel (a2a) size, or a smaller TP.")
 
 
