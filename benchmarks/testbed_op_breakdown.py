@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from testbed_configs import CLUSTER, CONFIGS, TestbedConfig
+from testbed_record import load_record, reference_runs
 
 Key = tuple[str, str]
 """(op class, phase)."""
@@ -170,20 +171,23 @@ def by_ranks(rows: list[tuple[int, dict[str, float]]], key: str) -> dict[int, fl
 
 
 def print_record(record_path: Path, home: Path) -> None:
-    record = json.loads(record_path.read_text())
-    runs: dict[int, list[dict]] = defaultdict(list)
-    for run in record["runs"]:
-        runs[int(run["config"])].append(run)
+    record = load_record(record_path, "--record")  # exit 2 for a file that is not one
     print(f"{record_path.name}: this tree's prediction ({home}) against the median of each configuration's runs, "
           f"ms per step\n  {'#':>2} {'configuration':32s} {'pred':>6} {'comm':>5} {'step':>5} {'f+b':>6} | {'CPU':>6} "
           f"{'wall':>6}  CPU/(pred-comm)  f+b if step right")
     rows = []
     for index, label in ((c["index"], c["label"]) for c in record["configs"]):
-        cfg = CONFIGS[index]
-        if cfg.label() != label:
-            raise SystemExit(f"{record_path}: configuration {index} is {label!r} there, {cfg.label()!r} here")
+        cfg = CONFIGS[index] if 0 <= index < len(CONFIGS) else None
+        if cfg is None or cfg.label() != label:
+            print(f"{record_path}: configuration {index} is {label!r} there, "
+                  f"{cfg.label() if cfg else 'absent'!r} here: pass a record of this tree's CONFIGS", file=sys.stderr)
+            raise SystemExit(2)
+        runs = [r for r in reference_runs(record, index) if r.get("cpu_s")]  # calibration runs left out
+        if not runs:
+            print(f"  {index:2d} {label:32s} no run with a CPU time in this record")
+            continue
         with tempfile.TemporaryDirectory(prefix="llmperf-breakdown-") as work:
-            row = against_runs(step_terms_ms(step_ops(cfg, Path(work))), runs[index])
+            row = against_runs(step_terms_ms(step_ops(cfg, Path(work))), runs)
         rows.append((cfg.ranks, row))
         print(f"  {index:2d} {label:32s} {row['predicted']:6.1f} {row['comm']:5.1f} {row['step_terms']:5.1f} "
               f"{row['fwd_bwd']:6.1f} | {row['cpu']:6.1f} {row['wall']:6.1f}  x{row['cpu_per_non_comm']:.3f}"

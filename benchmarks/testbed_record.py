@@ -93,15 +93,15 @@ def save_record(record: dict, path: Path) -> Path:
     return path
 
 
-def load_record(path: Path) -> dict:
-    """A record written by save_record; exit 2 with the reason for anything else."""
+def load_record(path: Path, option: str = "--replay") -> dict:
+    """A record written by save_record; exit 2 with the reason for anything else (`option`: what gave the path)."""
     try:
         record = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
-        _bad_input(f"--replay {path}: not a readable JSON record ({err}); pass a file bench_cpu_testbed.py wrote "
+        _bad_input(f"{option} {path}: not a readable JSON record ({err}); pass a file bench_cpu_testbed.py wrote "
                    f"(it prints 'raw runs saved to ...')")
     if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or not record.get("runs"):
-        _bad_input(f"--replay {path}: not a testbed record of format {RECORD_FORMAT} with runs (format "
+        _bad_input(f"{option} {path}: not a testbed record of format {RECORD_FORMAT} with runs (format "
                    f"{record.get('format') if isinstance(record, dict) else None!r}); pass a file "
                    f"bench_cpu_testbed.py wrote")
     return record

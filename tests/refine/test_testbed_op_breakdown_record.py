@@ -3,6 +3,7 @@ excess in CPU time it shows (session 22's quiet record: /work/notes/h191.md)."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 import testbed_op_breakdown as breakdown  # noqa: E402
+from testbed_record import RECORD_FORMAT  # noqa: E402
 
 TERMS_MS = {"operators": 30.0, "issue": 2.0, "traffic": 0.0, "adam": 1.0, "engine": 8.0, "transport": 3.0,
             "comm": 4.0}
@@ -42,3 +44,37 @@ def test_ranks_are_summarised_by_geometric_means() -> None:
     means = breakdown.by_ranks(rows, "x")
     assert list(means) == [1, 2]
     assert means[1] == pytest.approx(math.sqrt(0.99)) and means[2] == pytest.approx((1.2 * 1.3 * 1.1) ** (1 / 3))
+
+
+def _record(tmp_path: Path, runs: list[dict]) -> Path:
+    configs = [{"index": i, "label": breakdown.CONFIGS[i].label()} for i in (0, 1)]
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"format": RECORD_FORMAT, "configs": configs, "runs": runs}))
+    return path
+
+
+def test_a_record_is_read_without_its_calibration_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    """Each configuration's measured runs only (testbed_record.reference_runs): a calibration run is a run of the
+    refine step, not of the pass; a configuration without a CPU time is said, not a StatisticsError."""
+    monkeypatch.setattr(breakdown, "step_ops", lambda cfg, work: iter(()))
+    monkeypatch.setattr(breakdown, "step_terms_ms", lambda rows: TERMS_MS)
+    runs = [{"config": 0, "cpu_s": 0.060, "measured_s": 0.070}, {"config": 0, "cpu_s": 0.066, "measured_s": 0.064},
+            {"config": 0, "cpu_s": 0.9, "measured_s": 0.9, "calibration": True},
+            {"config": 1, "cpu_s": None, "measured_s": 0.1}]
+    breakdown.print_record(_record(tmp_path, runs), tmp_path)
+    out = capsys.readouterr().out
+    assert f"x{63.0 / 44.0:.3f}" in out  # the median of 60 and 66 ms, not of 60, 66 and 900
+    assert "no run with a CPU time" in out
+
+
+@pytest.mark.parametrize("content", ["not json", json.dumps({"format": RECORD_FORMAT, "runs": []}),
+                                     json.dumps({"format": RECORD_FORMAT, "configs": [{"index": 0, "label": "other"}],
+                                                 "runs": [{"config": 0, "cpu_s": 0.06, "measured_s": 0.07}]})])
+def test_a_file_that_is_not_this_trees_record_exits_2(tmp_path: Path, content: str,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "record.json"
+    path.write_text(content)
+    with pytest.raises(SystemExit) as err:
+        breakdown.print_record(path, tmp_path)
+    assert err.value.code == 2 and str(path) in capsys.readouterr().err
