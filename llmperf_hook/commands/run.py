@@ -39,7 +39,7 @@ from llmperf_hook.frameworks.resolve import JobOverrides
 @click.option("--dry-run", is_flag=True, help="Print the prediction and the exact command to stdout, then stop (with --format json: two JSON lines, the "
                    "prediction, then {\"dry_run\": true, \"command\": [...], ...}).")
 @click.option("--max-step-time", type=float, default=None, help="Exit 3 if the predicted step time exceeds S seconds.")
-@click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU, less the cached segments the allocator frees on demand, exceeds the GPU's, or the offloads' host memory per node the cluster's host RAM. A job that fits only tightly (its peak over the GPU by no more than those cached segments, or under it by less than the model's error band) is not refused: predict says 'fits, tight' and warns.")
+@click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU, less the caching allocator's reserve (the bytes the job allocates), exceeds the GPU's, or the offloads' host memory per node the cluster's host RAM. A job that fits only tightly (its peak over the GPU by no more than that reserve, or under it by less than the model's error band) is not refused: predict says 'fits, tight' and warns.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--instrument", type=int, default=None, help="Run under the step hook, record the first N steps, then refine from them when the job ends.")
 @click.option("--profile-ops", type=int, default=0, help="With --instrument: profile operators of K steps.")
@@ -176,10 +176,9 @@ def check_gates(pred: Any, max_step_time: float | None, require_fit: bool) -> No
         raise InfeasibleError(
             f"predicted peak memory {mem.peak_bytes_per_gpu / 2**30:.2f} GiB per GPU (pipeline stage {mem.stage}) "
             f"exceeds the {mem.capacity_bytes / 2**30:.2f} GiB of {pred.cluster.gpu.name} by "
-            f"{-mem.headroom_bytes / 2**30:.2f} GiB, more than the "
-            f"{(mem.peak_bytes_per_gpu - mem.must_fit_bytes) / 2**30:.2f} GiB of cached segments PyTorch frees and "
-            f"retries with: what it allocates, with the allocator's residue it cannot free "
-            f"({mem.must_fit_bytes / 2**30:.2f} GiB), does not fit (--require-fit). {knobs}")
+            f"{-mem.headroom_bytes / 2**30:.2f} GiB, more than its "
+            f"{(mem.peak_bytes_per_gpu - mem.must_fit_bytes) / 2**30:.2f} GiB of allocator reserve: what it "
+            f"allocates ({mem.must_fit_bytes / 2**30:.2f} GiB) does not fit (--require-fit). {knobs}")
     parts = ", ".join(f"{k.removeprefix('host_')} {v / 2**30:.1f}" for k, v in mem.host_components.items())
     raise InfeasibleError(
         f"predicted host memory {mem.host_bytes_per_node / 2**30:.1f} GiB per node ({parts} GiB: what the "

@@ -2,7 +2,7 @@
 
 Schema 1 keys: schema, command, step_time_s, uncalibrated_step_time_s (before a refine calibration), tokens_per_s,
 mfu, model_flops_per_step, memory
-{peak_bytes_per_gpu, capacity_bytes, fits (the allocated bytes plus the allocator residue they cannot free fit:
+{peak_bytes_per_gpu, capacity_bytes, fits (the allocated bytes, the allocator's reserve left out, fit:
 schedule/memory_rule.py, tune's rule too), tight (fits, by less than the fragmentation or the model's error band:
 schedule/memory_fit.py), verdict ("fits" | "fits, tight" |
 "DOES NOT FIT"), headroom_bytes (capacity - peak), fragmentation_bytes, stage, components, host {bytes_per_node,

@@ -71,14 +71,14 @@ def _host_memory_lines(mem: "MemoryEstimate") -> list[str]:
 
 
 def _fragmentation_note(mem: "MemoryEstimate") -> str:
-    """Where the peak is over the GPU, whether the cached segments PyTorch frees on demand cover the shortfall
-    (schedule/memory_rule.py: what the job allocates and the allocator residue it cannot free must fit; the rest of
-    its fragmentation decides only whether PyTorch's free-and-retry finds room)."""
+    """Where the peak is over the GPU, whether the allocator's reserve covers the shortfall (schedule/memory_rule.py:
+    what the job allocates must fit; PyTorch frees cached blocks and retries a failed allocation, and the reserve's
+    fragmentation decides whether that finds room)."""
     if mem.headroom_bytes >= 0:
         return ""
-    freeable = fmt_bytes(mem.peak_bytes_per_gpu - mem.must_fit_bytes)
-    return (f", within the {freeable} of cached segments PyTorch frees on demand" if mem.fits
-            else f", beyond the {freeable} of cached segments PyTorch frees on demand")
+    reserve = fmt_bytes(mem.peak_bytes_per_gpu - mem.must_fit_bytes)
+    return (f", within its {reserve} of allocator reserve: PyTorch frees cached blocks and retries" if mem.fits
+            else f", beyond its {reserve} of allocator reserve: what it allocates does not fit")
 
 
 def _gpu_memory_lines(mem: "MemoryEstimate") -> list[str]:

@@ -367,10 +367,8 @@ TRANSIENT_PARTS = frozenset({"activations", "recompute_working_set", "softmax_ba
 
 
 def stage_must_fit_bytes(parts: Mapping[str, float]) -> int:
-    """memory_rule.must_fit_bytes of one rank's components (stage_memory): peak less reserve plus the residue over
-    its TRANSIENT_PARTS."""
-    transient = sum(v for k, v in parts.items() if k in TRANSIENT_PARTS)
-    return int(must_fit_bytes(sum(parts.values()), parts.get("allocator_fragmentation", 0), transient))
+    """memory_rule.must_fit_bytes of one rank's components (stage_memory): its peak less the allocator's reserve."""
+    return int(must_fit_bytes(sum(parts.values()), parts.get("allocator_fragmentation", 0)))
 
 
 BACKWARD_WORKING_PARTS = ("recompute_working_set", "softmax_backward_working_set")

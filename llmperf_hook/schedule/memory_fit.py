@@ -1,23 +1,22 @@
 """Stage [5]: the memory verdict of a job: fits, fits tight, or does not fit (exit 3 under `run --require-fit`).
 
-What must fit the GPU is the bytes the job allocates plus the residue of the allocator's reserve it cannot free
-(schedule/memory_rule.py must_fit_bytes). The peak of schedule/memory.py adds the caching allocator's whole reserve
-(schedule/allocator_reserve.py: blocks nothing later fits in, the step's flat buffers' own segments, a residue over
-the activations and temporaries), but its cached segments do not run a job out of memory: when cudaMalloc fails,
-PyTorch's CUDACachingAllocator frees its cached, unused blocks and tries again (c10/cuda/CUDACachingAllocator.cpp malloc: alloc_block, then release_available_cached_blocks, then
-release_cached_blocks, then the OutOfMemoryError). Fragmentation decides only whether that retry finds a block
-large enough, so a job whose peak exceeds the GPU by less than it is "tight", not refused.
+What must fit the GPU is the bytes the job allocates (schedule/memory_rule.py must_fit_bytes). The peak of
+schedule/memory.py adds the caching allocator's whole reserve (schedule/allocator_reserve.py: blocks nothing later
+fits in, the step's flat buffers' own segments, a residue over the activations and temporaries), but the reserve
+alone does not run a job out of memory: when cudaMalloc fails, PyTorch's CUDACachingAllocator frees its cached,
+unsplit blocks and tries again (c10/cuda/CUDACachingAllocator.cpp malloc: alloc_block, then
+release_available_cached_blocks, then release_cached_blocks, then the OutOfMemoryError). The free parts of segments
+that still hold live blocks decide whether that retry finds room, so a job whose peak exceeds the GPU while its
+allocated bytes fit is "tight", not refused (memory_rule.py: why none of the reserve is counted as certain).
 
 A job whose peak is below the GPU by less than the memory model's own error is tight too: the model's peak against
 the allocated peak (plus CUDA context) that the hook recorded on an H100 is off by MODEL_ERROR_FRACTION on average,
 and by up to -3.3 % below it (benchmarks/bench_memory_reference.py, measured table), so such a job may run out.
 
 `tune` lists a candidate by the same rule (schedule/memory_rule.py fits_gpu), within (1 - memory_margin) of the
-capacity (5 % by default): a listed candidate fits here and, with a margin of 3.7 % or more, is mostly not tight; a
-configuration over tune's margin that fits here is said to fit and is not counted out of memory (tune/infeasible.py
-over_margin_only). What must fit is the allocated bytes plus the reserve's residue the allocator cannot free
-(memory_rule.must_fit_bytes): the rest of the reserve is whole cached segments (the loss's freed blocks, the step's
-flat buffers' own segments: schedule/allocator_reserve.py), which the retry above hands back.
+capacity (5 % by default): a listed candidate fits here, and is tight only where its reserve takes it past the
+margin; a configuration over tune's margin that fits here is said to fit and is not counted out of memory
+(tune/infeasible.py over_margin_only).
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ class FitVerdict:
     """Whether a peak fits the GPU, and whether only just."""
 
     fits: bool
-    """The must-fit bytes (allocated plus the allocator's unfreeable residue) fit the capacity."""
+    """The must-fit bytes (what the rank allocates: schedule/memory_rule.py) fit the capacity."""
     tight: bool
     """It fits, but the capacity is below the peak, or above it by less than the model's error band."""
 
@@ -92,8 +91,8 @@ def tight_fit_warning(mem: MemoryEstimate, cfg: TrainingConfig) -> str:
     if peak > cap:
         why = (f"the predicted peak {peak / GiB:.2f} GiB per GPU exceeds the {cap / GiB:.2f} GiB of the GPU by "
                f"{(peak - cap) / GiB:.2f} GiB, within its {frag / GiB:.2f} GiB of allocator fragmentation (the "
-               f"allocated bytes and the residue the allocator cannot free, {mem.must_fit_bytes / GiB:.2f} GiB, fit: "
-               f"PyTorch frees its cached blocks and retries a failed allocation, which may or may not find room)")
+               f"allocated bytes, {mem.must_fit_bytes / GiB:.2f} GiB, fit: PyTorch frees its cached blocks and "
+               f"retries a failed allocation, which may or may not find room)")
     else:
         why = (f"the predicted peak {peak / GiB:.2f} GiB per GPU fits the {cap / GiB:.2f} GiB of the GPU by "
                f"{(cap - peak) / GiB:.2f} GiB, less than the memory model's error band ({MODEL_ERROR_FRACTION:.1%} "

@@ -1,36 +1,41 @@
 """Stage [5]: the one memory rule that `llmperf predict`'s verdict and `llmperf tune`'s candidate list share.
 
-What must fit the GPU is the bytes a rank allocates at its peak (CUDA context included) plus the part of the caching
-allocator's reserve that it cannot hand back. The reserve of schedule/allocator_reserve.py has two kinds of bytes:
-- whole cached segments (blocks the loss frees that nothing later fits in, the step's flat buffers' own segments):
-  when cudaMalloc fails, CUDACachingAllocator::malloc frees the cached blocks that are not split and retries
+What must fit the GPU is the bytes a rank allocates at its peak, CUDA context included: the peak of
+schedule/memory.py less the caching allocator's reserve (schedule/allocator_reserve.py). The reserve need not fit:
+- when cudaMalloc fails, CUDACachingAllocator::malloc frees the cached blocks that are not split and retries
   (c10/cuda/CUDACachingAllocator.cpp: alloc_block, release_available_cached_blocks, release_cached_blocks, then the
-  OutOfMemoryError), so these never run a job out of memory;
-- the residue over the transient bytes (FRAGMENTATION_FRACTION: segment rounding, split remainders, the small pool's
-  2 MiB segments): the free parts of segments that still hold live blocks, which that retry cannot release.
-So must-fit = peak - reserve + FRAGMENTATION_FRACTION x transient (R73's recommendation, session 22).
+  OutOfMemoryError), so whole cached segments (the loss's freed blocks, the step's flat buffers' own segments) never
+  run a job out of memory;
+- what that retry cannot free is the free space inside segments that still hold a live block. Its size at the
+  capacity is not known: the 10 % residue over the transients (allocator_reserve.FRAGMENTATION_FRACTION) is the
+  whole reserved-over-allocated gap of Megatron runs with memory to spare, free segments included, and no
+  measured run came near its GPU's capacity (the highest reserved peak in measurements/ is 53.4 GiB of 80, c06), so
+  none shows what the retry frees there. What is certain beyond the allocated bytes is small: torch counts a
+  block's rounding (512 B) and an unsplit remainder (under 1 MiB) as allocated, and a new segment for a request
+  over 10 MiB is rounded up to 2 MiB, so a live block leaves under 2 MiB of its segment free.
+So a rank whose allocated bytes fit but whose peak does not may run or may run out: predict says "fits, tight"
+(schedule/memory_fit.py) and names PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which unmaps the free pages of
+live segments too; only allocated bytes over the GPU are certain to run out.
 
 predict says a job fits when every rank's must-fit bytes are within the GPU's capacity (schedule/memory_fit.py
 fit_verdict); tune keeps a candidate when they are within (1 - memory_margin) of it (tune/search.py evaluate). Both
 call fits_gpu, so a candidate tune keeps is one predict says fits on a GPU of (1 - margin) x its capacity, and one
-tune drops for GPU memory is one predict says does not fit there.
+tune drops for GPU memory is one predict says does not fit there. tune's margin (5 % by default) is its allowance
+for the residue and the model's error.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from llmperf_hook.schedule.allocator_reserve import FRAGMENTATION_FRACTION
-
 Bytes = Any
 """A byte count: a float, or a numpy array of them (one per candidate and rank in tune's surrogate_memory)."""
 
 
-def must_fit_bytes(peak_bytes: Bytes, reserve_bytes: Bytes, transient_bytes: Bytes) -> Bytes:
-    """Bytes a rank must find on the GPU: its peak (reserve included) less the reserve, plus the reserve's residue
-    over the transient bytes, which the allocator cannot free (module docstring). Never above the peak: the reserve
-    holds that residue (allocator_reserve_bytes adds it to segments it clips at 0)."""
-    return peak_bytes - reserve_bytes + FRAGMENTATION_FRACTION * transient_bytes
+def must_fit_bytes(peak_bytes: Bytes, reserve_bytes: Bytes) -> Bytes:
+    """Bytes a rank must find on the GPU: its peak less the allocator's reserve, i.e. what it allocates (module
+    docstring: the reserve's unfreeable share is not known, and only the allocated bytes are certain to be needed)."""
+    return peak_bytes - reserve_bytes
 
 
 def fits_gpu(must_fit: Bytes, capacity_bytes: Bytes, margin: float = 0.0) -> Bytes:

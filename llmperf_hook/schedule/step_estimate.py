@@ -31,7 +31,7 @@ class MemoryEstimate:
     """Fits, but by less than the allocator's fragmentation allowance or the memory model's own error band
     (schedule/memory_fit.py fit_verdict): the report says "fits, tight" and warns."""
     must_fit_bytes: int = -1
-    """The most any rank must find on the GPU: its allocated bytes plus the allocator residue it cannot free
+    """The most any rank must find on the GPU: its allocated bytes, the caching allocator's reserve left out
     (schedule/memory_rule.py must_fit_bytes); the quantity predict's verdict and tune's margin compare. Not given
     (-1): the peak itself (a rank with no caching-allocator reserve, e.g. on CPU)."""
 

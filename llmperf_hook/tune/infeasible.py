@@ -85,7 +85,8 @@ def nearest_json(result: Any) -> dict[str, Any] | None:
     host_bound = _host_bound(result, near)
     short = (near.host_bytes - near.host_capacity_bytes if host_bound
              else near.must_fit_bytes - (1 - result.memory_margin) * near.capacity_bytes)
-    return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes, "host_bytes_per_node": near.host_bytes,
+    return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes, "must_fit_bytes": near.must_fit_bytes,
+            "host_bytes_per_node": near.host_bytes,
             "short_of": "host" if host_bound else "gpu", "short_bytes": short,
             "layers_that_fit": result.layers_that_fit, "layers_that_fit_means": _layers_meaning(result.layers_that_fit),
             "seq_length_that_fits": result.seq_length_that_fits}

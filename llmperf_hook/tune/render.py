@@ -20,7 +20,8 @@ host_bytes_per_node, host_fits, tight, verdict (predict's GPU verdict: "fits", "
 is tune's stricter rule)}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}]
 (null = absent / removed); `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
 Nothing fits (exit 3): {schema, error, exit_code 3, fits false, header, knobs, search, nearest {layout, peak_bytes,
-host_bytes_per_node, short_of ("gpu" | "host"), short_bytes (over the usable GPU memory or the host RAM),
+must_fit_bytes (the allocated bytes tune's rule compares), host_bytes_per_node, short_of ("gpu" | "host"),
+short_bytes (must_fit_bytes over the usable GPU memory, or the host bytes over the host RAM),
 layers_that_fit (0 = no layer count fits, null = not known), layers_that_fit_means}}. Bad input (exit 2): {schema,
 error, exit_code}; an --apply refused after the search (a launch script that does not pass its arguments on): the
 result object above with error and exit_code 2 added (the changes to make by hand stay listed).
@@ -169,9 +170,9 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
              *([knobs_line(header["knobs"], header.get("framework", "megatron"))] if header.get("knobs") else []),
              _pruning_line(res, header)]
     usable = (1 - res.memory_margin) * header["capacity_bytes"] / GiB
-    lines.append(f"fits = allocated + the allocator's unfreeable residue (predict's rule) <= {usable:.1f} GiB "
+    lines.append(f"fits = allocated bytes (predict's rule) <= {usable:.1f} GiB "
                  f"({100 * (1 - res.memory_margin):.0f} % of {header['capacity_bytes'] / GiB:.1f} GiB: memory_margin "
-                 f"{res.memory_margin:g}); peak GiB includes the cached segments PyTorch frees on demand"
+                 f"{res.memory_margin:g}); peak GiB includes the allocator's reserve"
                  f"{_host_clause(header)}")
     lines.append("")
     # The same widths as _row, so every heading sits over its column.

@@ -6,7 +6,7 @@ Pure: data in, data out. The full predictor, its memory model and the framework'
 only orders candidates and skips hopeless ones:
 - skipped as out of memory without any prediction: must-fit bytes > usable memory by the memory model itself (the
   surrogate's memory is schedule/memory.py's, term by term: tune/surrogate_memory.py). Every memory test here is
-  predict's rule (schedule/memory_rule.py fits_gpu: allocated bytes + the allocator residue it cannot free) within
+  predict's rule (schedule/memory_rule.py fits_gpu: the allocated bytes, the allocator's reserve left out) within
   (1 - memory_margin) of the capacity;
 - the rest are visited in batches, best corrected step-time estimate first: candidates whose corrected memory
   is near the limit get the cheap full memory model first (out of memory -> counted, no timing), the others a
@@ -99,7 +99,7 @@ class Evaluated:
     host_capacity_bytes: float = 0.0
     """The cluster's host RAM per node (its preset's host_memory_GiB); 0 = not stated, not checked."""
     must_fit_bytes: float = 0.0
-    """What must fit the GPU (MemoryEstimate.must_fit_bytes: allocated + the allocator residue it cannot free)."""
+    """What must fit the GPU (MemoryEstimate.must_fit_bytes: the allocated bytes, schedule/memory_rule.py)."""
 
     @property
     def host_fits(self) -> bool:

@@ -51,7 +51,7 @@ class SurrogateEstimate:
     peak_bytes: np.ndarray
     """Estimated peak memory of the busiest rank, bytes."""
     must_fit_bytes: np.ndarray
-    """Estimated must-fit bytes (allocated + the allocator residue it cannot free, schedule/memory_rule.py), the most
+    """Estimated must-fit bytes (the allocated bytes, schedule/memory_rule.py), the most
     over the ranks: what tune's memory rule compares with the usable memory."""
     step_time_s: np.ndarray
     """Estimated step time, seconds (orders candidates; the full model gives the reported number)."""

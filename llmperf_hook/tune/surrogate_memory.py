@@ -354,7 +354,7 @@ def estimate_memory_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols)
     reserve = allocator_reserve_bytes(allocated, backward_peak, transient, _loss_blocks(layer, last),
                                       (np.where(no_grads, partition, 0.0), flat_a, flat_b), own_segments)
     peak = allocated + mem.CUDA_CONTEXT_BYTES + reserve
-    return peak.max(axis=1), must_fit_bytes(peak, reserve, transient).max(axis=1)
+    return peak.max(axis=1), must_fit_bytes(peak, reserve).max(axis=1)
 
 
 def _loss_blocks(layer: np.ndarray, last: np.ndarray) -> LossBlocks:

@@ -118,8 +118,9 @@ TP1_ONLY = "micro_batch_size: [1]\ntensor_parallel: [1]\npipeline_parallel: [2]\
 def test_layouts_over_memory_at_the_minimum_are_pruned_and_the_range_that_fits_is_named(home: Path, capsys) -> None:
     """Memory at the elastic minimum is a ranking rule: the only layout searched fits 4 nodes (DP 16) but not 1 (84.8
     GiB per GPU > 75.2 usable); R66 listed it with a warning (and --apply would launch it). Now nothing fits (exit 3),
-    the JSON counts it as out of memory at the minimum, and the message names the range that fits: from 3 nodes (at 2
-    it needs 75.7 GiB)."""
+    the JSON counts it as out of memory at the minimum, and the message names the range that fits: from 2 nodes (its
+    allocated bytes, tune's rule since R82: at 2 nodes its peak, 75.7 GiB, is over the 75.2 usable, its allocated bytes
+    are not)."""
     (home / "s.yaml").write_text(TP1_ONLY)
     command = ["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", *BIG, "--use-distributed-optimizer"]
     code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--apply",
@@ -128,11 +129,11 @@ def test_layouts_over_memory_at_the_minimum_are_pruned_and_the_range_that_fits_i
     data = json.loads(out)
     assert data["search"]["num_oom_elastic_minimum"] == 1 and data["search"]["num_fitting"] == 0, data["search"]
     assert "1 layout is over the usable memory at the elastic minimum (1 node)" in data["error"], data["error"]
-    assert "It fits from 3 nodes: the largest range that fits is 3 to 4 nodes (--nnodes 3:4, or a fixed node " \
+    assert "It fits from 2 nodes: the largest range that fits is 2 to 4 nodes (--nnodes 2:4, or a fixed node " \
            "count of 4)" in data["error"], data
     assert "warning: your command runs out of memory at the elastic minimum (1 node: " in err, err
     code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--",
-                              "torchrun", "--nnodes", "3:4", *command[3:]], capsys)
+                              "torchrun", "--nnodes", "2:4", *command[3:]], capsys)
     assert code == 0 and json.loads(out)["top"][0]["tp"] == 1, err  # the range it named fits
 
 

@@ -1,7 +1,7 @@
 """The memory line of the table and the memory object of the JSON for each verdict: fits, fits tight (the peak over
-the GPU by no more than the cached segments PyTorch frees on demand, or under it by less than the model's error
-band), DOES NOT FIT (the must-fit bytes over it: schedule/memory_rule.py). Old JSON readers keep a boolean `fits`
-(true when tight). A DeepSpeed ZeRO-1 job: its reserve holds the step's flat buffers in freeable segments."""
+the GPU by no more than the allocator's reserve, or under it by less than the model's error
+band), DOES NOT FIT (the allocated bytes over it: schedule/memory_rule.py). Old JSON readers keep a boolean `fits`
+(true when tight). A DeepSpeed ZeRO-1 job: its reserve holds the step's flat buffers in segments of their own."""
 
 import dataclasses
 
@@ -20,7 +20,7 @@ CFG = make_config(num_layers=8, hidden_size=2048, num_attention_heads=16, seq_le
 JOB = ParsedJob(launcher="torchrun", nnodes=1, nproc_per_node=8, world_size=8, script="pretrain_gpt.py",
                 script_args=(), argv=("torchrun", "pretrain_gpt.py"))
 BASE = predict_config(CFG, CLUSTER).memory
-FREEABLE = BASE.peak_bytes_per_gpu - BASE.must_fit_bytes
+RESERVE = BASE.peak_bytes_per_gpu - BASE.must_fit_bytes
 
 
 def _prediction(capacity_bytes: int) -> Prediction:
@@ -46,19 +46,20 @@ def test_json_verdict(capacity: int, verdict: str, fits: bool, tight: bool) -> N
 
 
 def test_table_line_for_each_verdict() -> None:
-    assert FREEABLE > 0  # the flat-buffer segments: a shortfall they cover still fits
-    freeable = fmt_bytes(FREEABLE)
+    assert RESERVE == BASE.fragmentation_bytes > 0  # a shortfall the reserve covers still fits
+    reserve = fmt_bytes(RESERVE)
     roomy = _memory_line(_prediction(2 * BASE.peak_bytes_per_gpu))
     assert ": fits (headroom" in roomy and "tight" not in roomy and "fragmentation" not in roomy
-    over = _memory_line(_prediction(BASE.peak_bytes_per_gpu - FREEABLE // 2))
-    assert ": fits, tight (short by" in over and f"within the {freeable} of cached segments PyTorch frees" in over
+    over = _memory_line(_prediction(BASE.peak_bytes_per_gpu - RESERVE // 2))
+    assert ": fits, tight (short by" in over and f"within its {reserve} of allocator reserve: PyTorch frees" in over
     under = _memory_line(_prediction(BASE.peak_bytes_per_gpu + 2**20))
     assert ": fits, tight (headroom" in under
     short = _memory_line(_prediction(BASE.must_fit_bytes - 2**20))
-    assert ": DOES NOT FIT (short by" in short and f"beyond the {freeable} of cached segments" in short
+    assert ": DOES NOT FIT (short by" in short
+    assert f"beyond its {reserve} of allocator reserve: what it allocates" in short
 
 
 def test_tight_warning_reaches_table_and_json() -> None:
-    pred = _prediction(BASE.peak_bytes_per_gpu - FREEABLE // 2)
+    pred = _prediction(BASE.peak_bytes_per_gpu - RESERVE // 2)
     assert "warning: memory fits, tight" in render_prediction_table(pred)
     assert any("expandable_segments:True" in w for w in prediction_json(pred)["warnings"])

@@ -192,11 +192,11 @@ def test_nothing_fits_exits_3_naming_the_largest_that_would(tmp_path: Path, caps
     layout, usable = result.nearest.config, 0.95 * spec.gpu.memory_capacity_bytes
     step = layout.parallel.pp * layout.parallel.vpp
 
-    def peak(layers: int) -> float:
+    def need(layers: int) -> float:  # tune's rule: the must-fit bytes (schedule/memory_rule.py)
         shape = dataclasses.replace(layout.model, num_layers=layers)
-        return tune_command.memory_only(dataclasses.replace(layout, model=shape), spec).peak_bytes_per_gpu
+        return tune_command.memory_only(dataclasses.replace(layout, model=shape), spec).must_fit_bytes
 
-    assert peak(near["layers_that_fit"]) <= usable < peak(near["layers_that_fit"] + step)
+    assert need(near["layers_that_fit"]) <= usable < need(near["layers_that_fit"] + step)
 
 
 def test_apply_on_an_sbatch_script_lists_the_changes_and_touches_nothing(tmp_path: Path, capsys) -> None:

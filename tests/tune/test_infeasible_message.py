@@ -68,14 +68,16 @@ def test_the_json_tells_no_layer_count_fits_from_not_known(capsys, tmp_path, mon
 
 def test_the_json_says_by_how_much_the_nearest_is_short(capsys) -> None:
     """The message says '... GiB over'; the JSON gave only the peak, so a script had to redo the margin arithmetic:
-    `short_bytes` is the nearest layout's peak minus the usable memory (95 % of the GPU), `short_of` the side."""
+    `short_bytes` is the nearest layout's must-fit bytes (its allocated bytes: schedule/memory_rule.py, below its
+    peak by the allocator's reserve) minus the usable memory (95 % of the GPU), `short_of` the side."""
     import json
 
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--", *WIDE], capsys)
     data = json.loads(out)
     near, usable = data["nearest"], (1 - data["search"]["memory_margin"]) * data["header"]["capacity_bytes"]
     assert code == 3 and near["short_of"] == "gpu" and near["short_bytes"] > 0
-    assert abs(near["short_bytes"] - (near["peak_bytes"] - usable)) < 1.0
+    assert abs(near["short_bytes"] - (near["must_fit_bytes"] - usable)) < 1.0
+    assert near["must_fit_bytes"] < near["peak_bytes"]
     assert f"{near['short_bytes'] / 2**30:.1f} GiB over" in data["error"]
 
 
@@ -111,11 +113,11 @@ def test_a_sequence_too_long_for_any_layer_count_names_the_longest_that_fits(cap
                                                                num_layers=1))
     usable = 0.95 * spec.gpu.memory_capacity_bytes
 
-    def peak(tokens: int) -> float:
+    def need(tokens: int) -> float:  # tune's rule: the must-fit bytes (schedule/memory_rule.py)
         shape = dataclasses.replace(layout.model, seq_length=tokens)
-        return memory_only(dataclasses.replace(layout, model=shape), spec).peak_bytes_per_gpu
+        return memory_only(dataclasses.replace(layout, model=shape), spec).must_fit_bytes
 
-    assert "rc:full" in near["layout"] and peak(seq) <= usable < peak(seq + 1)
+    assert "rc:full" in near["layout"] and need(seq) <= usable < need(seq + 1)
 
 
 def test_weights_alone_over_say_no_sequence_helps(capsys) -> None:

@@ -24,8 +24,8 @@ SEARCH = {"num_generated", "num_considered", "num_invalid", "invalid_by_rule", "
           "num_oom_host", "num_oom_elastic_minimum", "num_over_margin", "host_capacity_bytes", "num_slower_by_estimate",
           "num_fitting", "num_full_predictions",
           "memory_margin", "elapsed_s", "candidates_per_s"}
-NEAREST = {"layout", "peak_bytes", "host_bytes_per_node", "short_of", "short_bytes", "layers_that_fit",
-           "layers_that_fit_means", "seq_length_that_fits"}
+NEAREST = {"layout", "peak_bytes", "must_fit_bytes", "host_bytes_per_node", "short_of", "short_bytes",
+           "layers_that_fit", "layers_that_fit_means", "seq_length_that_fits"}
 GPT3_ON_8 = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "96", "--hidden-size", "12288",
              "--num-attention-heads", "96", "--seq-length", "2048", "--max-position-embeddings", "2048", "--vocab-size",
              "50257", "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16"]

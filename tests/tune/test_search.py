@@ -28,7 +28,7 @@ def test_counts_add_up_and_top_is_sorted_and_fits() -> None:
     assert accounted == res.num_considered == len(table)
     times = [e.step_time_s for e in res.top]
     assert times == sorted(times) and len(res.top) == 5
-    assert all(e.fits and e.peak_bytes <= 0.95 * 80 * GiB for e in res.top)
+    assert all(e.fits and e.must_fit_bytes <= 0.95 * 80 * GiB for e in res.top)  # schedule/memory_rule.py
     assert res.baseline is not None and res.baseline.changes == {}
     assert pred.calls < len(table) / 10  # the bound skips most candidates
 
@@ -52,7 +52,7 @@ def test_margin_is_applied() -> None:
     cfg, cluster = gpt_config(), a100_cluster()
     space = dataclasses.replace(load_search_space(None, "megatron"), memory_margin=0.5)
     res, _, _ = _search(cfg, cluster, space)
-    assert all(e.peak_bytes <= 0.5 * 80 * GiB for e in res.top)
+    assert res.top and all(e.must_fit_bytes <= 0.5 * 80 * GiB for e in res.top)
 
 
 def test_framework_validation_rejections_are_counted() -> None:
@@ -74,7 +74,7 @@ def test_nothing_fits_names_nearest_and_layers_that_fit() -> None:
     if res.layers_that_fit:
         smaller = dataclasses.replace(res.nearest.config, model=dataclasses.replace(cfg.model, num_layers=res.layers_that_fit))
         est = FakePredictor()(smaller, a100_cluster())
-        assert est.memory.peak_bytes_per_gpu <= 0.95 * est.memory.capacity_bytes
+        assert est.memory.must_fit_bytes <= 0.95 * est.memory.capacity_bytes  # tune's rule: schedule/memory_rule.py
 
 
 def test_fixed_candidate_list_is_ranked() -> None:

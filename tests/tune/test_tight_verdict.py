@@ -2,10 +2,11 @@
 predict says fits is never "(no fit)" in tune's table, and never called infeasible, even where it is over tune's own
 95 % margin (which still decides what tune lists).
 
-The GPU's capacity is set per test from the command's predicted peak (an H100 hardware file with
-memory_capacity_GiB changed), so each case sits where it is meant to whatever the memory model's numbers are:
-tight (peak 98 % of capacity: within the 3.8 % error band), over the margin but not tight (96 %), within the margin
-(90 %), beyond (peak 10 % over capacity, more than its fragmentation allowance).
+The GPU's capacity is set per test from the command's predicted bytes (an H100 hardware file with
+memory_capacity_GiB changed), so each case sits where it is meant to whatever the memory model's numbers are. The rule
+(schedule/memory_rule.py) compares the allocated bytes (peak less the allocator's reserve, ~4 % of this peak): tight
+and over tune's margin (allocated 97 % of capacity: the peak over it), over a 10 % margin but not tight (allocated
+91 %, peak under 96.3 %), within the margin (peak 90 %), beyond (allocated 5 % over capacity).
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ def _tune(tmp_path: Path, capsys, peak_share: float, memory: dict, *extra: str) 
     return run_cli(["tune", "--cluster", "dgx-h100", "--hardware", hw, "--top", "3", *extra, "--", *ARGV], capsys)
 
 
+def _allocated(memory: dict) -> float:
+    return memory["peak_bytes_per_gpu"] - memory["fragmentation_bytes"]
+
+
+def _tune_allocated(tmp_path: Path, capsys, share: float, memory: dict, *extra: str) -> tuple[int, str, str]:
+    """tune ARGV on a GPU whose capacity puts the allocated bytes (what must fit) at `share` of it."""
+    hw = _hardware(tmp_path, _allocated(memory) / share / GiB)
+    return run_cli(["tune", "--cluster", "dgx-h100", "--hardware", hw, "--top", "3", *extra, "--", *ARGV], capsys)
+
+
 def _pinned(tmp_path: Path) -> str:
     (tmp_path / "pin.yaml").write_text(PINNED)
     return str(tmp_path / "pin.yaml")
@@ -69,27 +80,31 @@ def _adds_up(search: dict) -> None:
 
 
 def test_a_tight_command_says_fits_tight_not_no_fit(tmp_path: Path, capsys, memory: dict) -> None:
-    assert memory["fragmentation_bytes"] > 0
-    code, out, err = _tune(tmp_path, capsys, 0.98, memory)
+    assert memory["fragmentation_bytes"] > 0 and memory["peak_bytes_per_gpu"] > _allocated(memory) / 0.97
+    code, out, err = _tune_allocated(tmp_path, capsys, 0.97, memory)
     assert code == 0, err
     assert _you(out).endswith("(your command)  (fits, tight: over tune's 95 % margin)"), _you(out)
     assert "no fit" not in _you(out)
     assert "1 (your command) fits by predict's verdict but is over tune's margin" in out
     assert "Your command fits, tight by llmperf predict's verdict" in out and "NOT to fit" not in out
-    code, out, err = _tune(tmp_path, capsys, 0.98, memory, "--format", "json")
+    code, out, err = _tune_allocated(tmp_path, capsys, 0.97, memory, "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     base = data["baseline"]
     assert (base["fits"], base["tight"], base["verdict"]) == (False, True, "fits, tight")
-    assert data["top"] and all(row["fits"] and row["verdict"] == "fits" and not row["tight"] for row in data["top"])
+    # listed rows: their allocated bytes within the margin; a reserve past the GPU makes predict call them tight
+    assert data["top"] and all(row["fits"] and row["verdict"] in ("fits", "fits, tight") for row in data["top"])
     assert data["search"]["num_over_margin"] == 1
     _adds_up(data["search"])
 
 
 def test_over_the_margin_but_not_tight_says_fits(tmp_path: Path, capsys, memory: dict) -> None:
-    code, out, err = _tune(tmp_path, capsys, 0.96, memory, "--search", _pinned(tmp_path))
+    """Allocated 91 % of the GPU, over a 10 % margin; the peak under 1 / 1.038 of it: not tight."""
+    assert memory["peak_bytes_per_gpu"] * 1.038 < _allocated(memory) / 0.91
+    (tmp_path / "pin.yaml").write_text(PINNED.replace("memory_margin: 0.05", "memory_margin: 0.10"))
+    code, out, err = _tune_allocated(tmp_path, capsys, 0.91, memory, "--search", str(tmp_path / "pin.yaml"))
     assert code == 0, err
-    assert _you(out).endswith("(your command)  (fits: over tune's 95 % margin)"), _you(out)
+    assert _you(out).endswith("(your command)  (fits: over tune's 90 % margin)"), _you(out)
     assert "Your command fits by llmperf predict's verdict" in out
 
 
@@ -106,25 +121,25 @@ def test_a_command_within_the_margin_fits(tmp_path: Path, capsys, memory: dict) 
 
 
 def test_a_command_beyond_capacity_does_not_fit(tmp_path: Path, capsys, memory: dict) -> None:
-    code, out, err = _tune(tmp_path, capsys, 1.10, memory, "--format", "json")
+    code, out, err = _tune_allocated(tmp_path, capsys, 1.05, memory, "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     base = data["baseline"]
     assert (base["fits"], base["tight"], base["verdict"]) == (False, False, "DOES NOT FIT")
     assert data["search"]["num_over_margin"] == 0
-    code, out, err = _tune(tmp_path, capsys, 1.10, memory)
+    code, out, err = _tune_allocated(tmp_path, capsys, 1.05, memory)
     assert _you(out).endswith("(your command)  (no fit)") and "NOT to fit" in out
 
 
 def test_only_the_tight_command_is_shown_exit_0_not_infeasible(tmp_path: Path, capsys, memory: dict) -> None:
     """Nothing passes the margin, but the user's command fits, tight: predict says it runs, so no exit 3, and it is
     not counted out of memory."""
-    code, out, err = _tune(tmp_path, capsys, 0.98, memory, "--search", _pinned(tmp_path))
+    code, out, err = _tune_allocated(tmp_path, capsys, 0.97, memory, "--search", _pinned(tmp_path))
     assert code == 0, err
     assert "0 out of memory" in out and "1 (your command) fits by predict's verdict" in out
     assert "nothing fits tune's 95 % margin. Your command fits, tight" in out
     assert _you(out).endswith("(fits, tight: over tune's 95 % margin)")
-    code, out, err = _tune(tmp_path, capsys, 0.98, memory, "--search", _pinned(tmp_path), "--format", "json")
+    code, out, err = _tune_allocated(tmp_path, capsys, 0.97, memory, "--search", _pinned(tmp_path), "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     assert data["top"] == [] and data["baseline"]["verdict"] == "fits, tight"
@@ -135,7 +150,8 @@ def test_only_the_tight_command_is_shown_exit_0_not_infeasible(tmp_path: Path, c
 
 def test_apply_with_only_the_tight_command_exits_3_saying_it_fits(tmp_path: Path, capsys, memory: dict) -> None:
     """--apply has nothing within the margin to launch (exit 3), but the message says the command itself fits."""
-    code, out, err = _tune(tmp_path, capsys, 0.98, memory, "--search", _pinned(tmp_path), "--apply", "--dry-run")
+    code, out, err = _tune_allocated(tmp_path, capsys, 0.97, memory, "--search", _pinned(tmp_path), "--apply",
+                                     "--dry-run")
     assert code == 3
     assert "nothing fits tune's 95 % margin, so --apply has nothing to launch" in err
     assert "Your command fits, tight by llmperf predict's verdict" in err
@@ -143,7 +159,7 @@ def test_apply_with_only_the_tight_command_exits_3_saying_it_fits(tmp_path: Path
 
 
 def test_nothing_fitting_at_all_still_exits_3(tmp_path: Path, capsys, memory: dict) -> None:
-    code, out, err = _tune(tmp_path, capsys, 1.10, memory, "--search", _pinned(tmp_path), "--format", "json")
+    code, out, err = _tune_allocated(tmp_path, capsys, 1.05, memory, "--search", _pinned(tmp_path), "--format", "json")
     assert code == 3
     data = json.loads(out)
     assert data["error"].startswith("nothing fits: ") and "Your command fits" not in data["error"]
@@ -152,9 +168,10 @@ def test_nothing_fitting_at_all_still_exits_3(tmp_path: Path, capsys, memory: di
 
 
 def test_a_listed_row_within_a_smaller_margin_can_be_tight(tmp_path: Path, capsys, memory: dict) -> None:
-    """--search memory_margin 0.01 admits a peak at 98 % of capacity: listed, and still called tight."""
+    """--search memory_margin 0.01 admits allocated bytes at 97 % of capacity: listed, and still called tight
+    (the peak is over the GPU)."""
     (tmp_path / "pin.yaml").write_text(PINNED.replace("memory_margin: 0.05", "memory_margin: 0.01"))
-    code, out, err = _tune(tmp_path, capsys, 0.98, memory, "--search", str(tmp_path / "pin.yaml"))
+    code, out, err = _tune_allocated(tmp_path, capsys, 0.97, memory, "--search", str(tmp_path / "pin.yaml"))
     assert code == 0, err
     assert _you(out).endswith("(your command)  (fits, tight)"), _you(out)
     row = next(ln for ln in out.splitlines() if ln.startswith("  1  "))
