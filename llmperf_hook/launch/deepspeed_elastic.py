@@ -25,12 +25,26 @@ VERSION_NOTE = ("deepspeed --elastic_training: an option of DeepSpeed's launcher
                 "none and stops with 'unrecognized arguments')")
 
 
-def elastic_node_range(values: Mapping[str, str], nnodes: Sized, warnings: list[str]) -> Sized:
+def elastic_node_range(values: Mapping[str, str], nnodes: Sized, multi_node: bool, warnings: list[str]) -> Sized:
     """`nnodes` with its elastic minimum (Sized.least) under --elastic_training; UsageError where runner.py or
-    launch.py stops, or where the range would run fewer nodes than the hosts it prices."""
+    launch.py stops, or where the range would run fewer nodes than the hosts it prices. `multi_node`: runner.py's
+    multi_node_exec (several hosts, or --force_multi, without --no_ssh)."""
     if "elastic_training" not in values:
         return nnodes
     warnings.append(VERSION_NOTE)
+    _check_runner_asserts(values)
+    launcher = values.get("launcher", "pdsh").lower()
+    if multi_node and launcher != "pdsh":
+        warnings.append(f"deepspeed --elastic_training has no effect under --launcher {launcher}: runner.py hands "
+                        "launch.py the elastic options on the local and pdsh paths only (multinode_runner.py "
+                        "PDSHRunner.get_cmd); the MPI and Slurm runners start the script on every host: priced at "
+                        "the nodes launched")
+        return nnodes
+    return _node_range(values, nnodes)
+
+
+def _check_runner_asserts(values: Mapping[str, str]) -> None:
+    """runner.py main's asserts under --elastic_training, whatever the launcher."""
     if not values.get("master_addr"):
         raise UsageError("deepspeed --elastic_training needs --master_addr (runner.py asserts 'Master Addr is required "
                          "when elastic training is enabled'): give --master_addr HOST, the node that hosts the "
@@ -38,6 +52,10 @@ def elastic_node_range(values: Mapping[str, str], nnodes: Sized, warnings: list[
     if "no_local_rank" in values:
         raise UsageError("deepspeed --elastic_training with --no_local_rank: runner.py asserts '--no_local_rank "
                          "argument is not supported in Elastic training'. Drop --no_local_rank.")
+
+
+def _node_range(values: Mapping[str, str], nnodes: Sized) -> Sized:
+    """launch.py's DSElasticAgent range: --min_elastic_nodes (unset: 1) to the hosts launched."""
     hosts = nnodes.value
     least = _bound(values, "min_elastic_nodes", 1)
     most = _bound(values, "max_elastic_nodes", hosts)

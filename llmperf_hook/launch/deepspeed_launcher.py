@@ -202,11 +202,11 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
             raise UsageError("the deepspeed --include/--exclude filter leaves no GPU to run on.")
         nnodes, nproc, world, extra = _size_from_pool(pool, nodes, gpus, src, flags)
         warnings += extra
-    nnodes = elastic_node_range(values, nnodes, warnings)
     if opts.rest >= len(words):
         raise UsageError("the deepspeed command names no training script after its options.")
     refuse_ambiguous_after_program(words, opts.rest, DEEPSPEED_GRAMMAR, "deepspeed")
     multi_node = ("force_multi" in values or (nnodes.value or 1) > 1) and "no_ssh" not in values
+    nnodes = elastic_node_range(values, nnodes, multi_node, warnings)
     warnings += apply_rank_exports(env, used, multi_node)  # type: ignore[arg-type]  # parse_launch's own copy
     script = ("-m " if "module" in values else "") + words[opts.rest]
     autotuning = _autotuning(values, flags, warnings)

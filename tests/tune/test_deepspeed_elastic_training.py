@@ -39,6 +39,22 @@ def test_the_range_runs_from_min_elastic_nodes_to_the_nodes_launched(home: Path)
     assert fixed.elastic_min_nnodes is None
 
 
+def test_the_mpi_and_slurm_runners_start_every_host(home: Path) -> None:
+    """runner.py hands launch.py the elastic options on the local and pdsh paths only (multinode_runner.py
+    PDSHRunner.get_cmd); --launcher openmpi starts the script on every host, so the job is priced at the hosts
+    launched, with a warning. runner.py's --master_addr assert still holds there (main, before the runner)."""
+    job = api.resolve_command([*DS, "--launcher", "OpenMPI", "--min_elastic_nodes", "2", *SCRIPT], {},
+                              cluster="dgx-h100", overrides=LLAMA)[0]
+    assert (job.elastic_min_nnodes, job.nnodes) == (None, 4)
+    assert any("no effect under --launcher openmpi" in w for w in job.warnings), job.warnings
+    pdsh = api.resolve_command([*DS, "--launcher", "pdsh", "--min_elastic_nodes", "2", *SCRIPT], {},
+                               cluster="dgx-h100", overrides=LLAMA)[0]
+    assert pdsh.elastic_min_nnodes == 2
+    no_addr = [w for w in DS if w not in ("--master_addr", "node0")]
+    with pytest.raises(Exception, match="Master Addr is required"):
+        api.resolve_command([*no_addr, "--launcher", "openmpi", *SCRIPT], {}, cluster="dgx-h100", overrides=LLAMA)
+
+
 @pytest.mark.parametrize("extra, said", [
     (["--min_elastic_nodes", "5"], "the rendezvous waits for 5 nodes and the job never starts"),
     (["--max_elastic_nodes", "2"], "trains on at most 2 nodes, not the 4 llmperf would price"),
