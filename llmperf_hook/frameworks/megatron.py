@@ -148,7 +148,7 @@ def megatron_batch(flags: FlagValues, dp: int, src: dict[str, Source]) -> BatchC
     elif flags.has("step_batch_size_schedule"):
         gbs = megatron_step_schedule(flags).final_batch
         src["global_batch_size"] = Source(SourceKind.ARGV, f"{flags.seen_flags['step_batch_size_schedule']}: its final "
-                                                           f"batch {gbs}, priced for the whole run")
+                                                           f"batch {gbs}, the step priced")
     else:
         gbs, src["global_batch_size"] = mbs * dp, Source(SourceKind.DERIVED, f"Megatron default MBS * DP = {mbs}*{dp}")
     if mbs < 1 or gbs < 1:
