@@ -22,6 +22,9 @@ per step), and which part the CPU time leaves: CPU / (prediction less the collec
 not CPU), and the forward+backward's ratio if the step's own terms (Adam, DeepSpeed's engine, gloo's transport
 threads) were right. Grouped by ranks: a term missing from multi-rank jobs shows as their ratio above the one-rank
 configurations' (session 22's quiet record: x1.07-1.31 at 2 ranks against x0.97-1.10 at 1, /work/notes/h191.md).
+The record's CPU time is the slowest rank's per step; beside it the ranks' mean per step (rank_mean_cpu_s): on
+that record the 2-rank geometric mean is x1.170 by the slowest rank and x1.101 by the mean (1 rank: x1.063), so
+most of the excess is the ranks' step-to-step jitter the slowest rank picks up (/work/notes/r83.md).
 """
 
 from __future__ import annotations
@@ -149,16 +152,33 @@ def step_terms_ms(rows: Iterator[tuple[Any, int, dict[str, float]]]) -> dict[str
     return dict(out)
 
 
+def rank_mean_cpu_s(run: dict) -> float | None:
+    """Median over a run's timed steps of the ranks' mean CPU seconds in that step (testbed_record.rank_steps), or
+    None where the run has no per-rank CPU times. The record's cpu_s is the median of the slowest rank's per step
+    (refine/run_records.summarize_job): above any one rank's where the ranks' step times jitter apart."""
+    steps: dict[int, list[float]] = defaultdict(list)
+    for rank_steps in (run.get("rank_steps") or {}).values():
+        for step, _, cpu_s, warmup in rank_steps:
+            if cpu_s is not None and not warmup:
+                steps[step].append(cpu_s)
+    ranks = len(run.get("rank_steps") or {})
+    means = [sum(v) / ranks for v in steps.values() if len(v) == ranks]
+    return statistics.median(means) if means else None
+
+
 def against_runs(terms_ms: dict[str, float], runs: list[dict]) -> dict[str, float]:
     """The predicted terms beside the median over `runs` (a record's runs of one configuration) of the measured step
-    wall time and the slowest rank's CPU time per step (testbed_record.py: measured_s, cpu_s), in ms."""
+    wall time and the slowest rank's CPU time per step (testbed_record.py: measured_s, cpu_s), in ms; and the ranks'
+    mean CPU time per step (rank_mean_cpu_s; the slowest rank's where a run lacks the ranks' steps)."""
     predicted = sum(terms_ms.values())
     comm = terms_ms.get("comm", 0.0)
     step = sum(terms_ms.get(t, 0.0) for t in STEP_TERMS)
     cpu = statistics.median(r["cpu_s"] for r in runs) * 1e3
+    mean = statistics.median(rank_mean_cpu_s(r) or r["cpu_s"] for r in runs) * 1e3
     wall = statistics.median(r["measured_s"] for r in runs) * 1e3
     return {"predicted": predicted, "comm": comm, "step_terms": step, "fwd_bwd": predicted - comm - step,
-            "cpu": cpu, "wall": wall, "cpu_per_non_comm": cpu / (predicted - comm),
+            "cpu": cpu, "cpu_rank_mean": mean, "wall": wall, "cpu_per_non_comm": cpu / (predicted - comm),
+            "rank_mean_per_non_comm": mean / (predicted - comm),
             "fwd_bwd_if_step_right": (cpu - step) / (predicted - comm - step)}
 
 
@@ -173,8 +193,9 @@ def by_ranks(rows: list[tuple[int, dict[str, float]]], key: str) -> dict[int, fl
 def print_record(record_path: Path, home: Path) -> None:
     record = load_record(record_path, "--record")  # exit 2 for a file that is not one
     print(f"{record_path.name}: this tree's prediction ({home}) against the median of each configuration's runs, "
-          f"ms per step\n  {'#':>2} {'configuration':32s} {'pred':>6} {'comm':>5} {'step':>5} {'f+b':>6} | {'CPU':>6} "
-          f"{'wall':>6}  CPU/(pred-comm)  f+b if step right")
+          f"ms per step (CPU: the slowest rank's per step; mean: the ranks' mean per step)\n  {'#':>2} "
+          f"{'configuration':32s} {'pred':>6} {'comm':>5} {'step':>5} {'f+b':>6} | {'CPU':>6} {'mean':>6} {'wall':>6}  "
+          f"CPU/(pred-comm)  mean/(pred-comm)  f+b if step right")
     rows = []
     for index, label in ((c["index"], c["label"]) for c in record["configs"]):
         cfg = CONFIGS[index] if 0 <= index < len(CONFIGS) else None
@@ -190,9 +211,11 @@ def print_record(record_path: Path, home: Path) -> None:
             row = against_runs(step_terms_ms(step_ops(cfg, Path(work))), runs)
         rows.append((cfg.ranks, row))
         print(f"  {index:2d} {label:32s} {row['predicted']:6.1f} {row['comm']:5.1f} {row['step_terms']:5.1f} "
-              f"{row['fwd_bwd']:6.1f} | {row['cpu']:6.1f} {row['wall']:6.1f}  x{row['cpu_per_non_comm']:.3f}"
-              f"{'':9s}x{row['fwd_bwd_if_step_right']:.3f}")
+              f"{row['fwd_bwd']:6.1f} | {row['cpu']:6.1f} {row['cpu_rank_mean']:6.1f} {row['wall']:6.1f}  "
+              f"x{row['cpu_per_non_comm']:.3f}{'':9s}x{row['rank_mean_per_non_comm']:.3f}{'':10s}"
+              f"x{row['fwd_bwd_if_step_right']:.3f}")
     for key, what in (("cpu_per_non_comm", "CPU / (prediction less collectives)"),
+                      ("rank_mean_per_non_comm", "the ranks' mean CPU / (prediction less collectives)"),
                       ("fwd_bwd_if_step_right", "forward+backward if the step terms are right")):
         means = by_ranks(rows, key)
         print(f"  {what}, geometric mean by ranks: " + ", ".join(f"{r} rank(s) x{m:.3f}" for r, m in means.items()))

@@ -78,3 +78,16 @@ def test_a_file_that_is_not_this_trees_record_exits_2(tmp_path: Path, content: s
     with pytest.raises(SystemExit) as err:
         breakdown.print_record(path, tmp_path)
     assert err.value.code == 2 and str(path) in capsys.readouterr().err
+
+
+def test_the_ranks_mean_cpu_is_read_per_step_beside_the_slowest_ranks() -> None:
+    """The record's cpu_s is the slowest rank's per step: two ranks that take turns being slow read 70 ms there, 60 ms
+    as the ranks' mean (session 22's quiet record: the 2-rank excess x1.170 by the slowest rank, x1.101 by the mean)."""
+    run = {"cpu_s": 0.070, "measured_s": 0.08,
+           "rank_steps": {"0": [[0, 0.5, 0.5, True], [1, 0.08, 0.05, False], [2, 0.08, 0.07, False]],
+                          "1": [[0, 0.5, 0.5, True], [1, 0.08, 0.07, False], [2, 0.08, 0.05, False],
+                                [3, 0.08, 0.9, False]]}}  # step 3: rank 0's record missing, not averaged
+    assert breakdown.rank_mean_cpu_s(run) == pytest.approx(0.060)
+    assert breakdown.rank_mean_cpu_s({"cpu_s": 0.07}) is None
+    row = breakdown.against_runs(TERMS_MS, [run, {"cpu_s": 0.066, "measured_s": 0.07}])  # no rank_steps: its cpu_s
+    assert row["cpu_rank_mean"] == pytest.approx(63.0) and row["rank_mean_per_non_comm"] == pytest.approx(63.0 / 44.0)
