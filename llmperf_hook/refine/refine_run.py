@@ -163,9 +163,12 @@ def refine_run(run_dir: str | Path, *, hardware: str | None = None, cluster: str
 def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster: str | None,
                 framework: str | None) -> JobRefinement:
     job = summarize_job(run.records, job_id)
+    bad_lines = [f"{run.num_bad_lines} unreadable or malformed line(s) in the run's rank*.jsonl files skipped "
+                 f"(a rank killed mid-write, or an edited file)"] if run.num_bad_lines else []
     elsewhere = stored_elsewhere(conn, job_id, run.path)
-    if elsewhere:
-        return JobRefinement(job, None, None, None, None, None, notes=(elsewhere,))
+    if elsewhere:  # what the reading found is still said
+        return JobRefinement(job, None, None, None, None, None,
+                             notes=(elsewhere, *_completeness_notes(job), *bad_lines))
     prediction = run.prediction_for(job_id)
     key = calibration_key(prediction, job, hardware, cluster, framework)
     shown, raw = uncalibrated_prediction_s(prediction)
@@ -173,10 +176,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     shares = cost_shares((prediction or {}).get("breakdown"), (prediction or {}).get("config"))  # refine/transfer.py
     notes = [*_damaged_prediction_note(Path(run.path), job_id), *_completeness_notes(job),
              *_short_run_note(Path(run.path), job_id, job),
-             *session_notes(Path(run.path) / "jobs" / job_id)]  # sessions without their end record
-    if run.num_bad_lines:
-        notes.append(f"{run.num_bad_lines} unreadable or malformed line(s) in the run's rank*.jsonl files skipped "
-                     f"(a rank killed mid-write, or an edited file)")
+             *session_notes(Path(run.path) / "jobs" / job_id), *bad_lines]  # sessions without their end record
     wall_per_cpu = job.step_time_s / job.cpu_time_s if job.device == "cpu" and job.step_time_s and job.cpu_time_s else None
     mismatch = device_mismatch(job.device, key, hardware)
     contended = _contended_step(conn, job, key, wall_per_cpu)
