@@ -22,8 +22,6 @@ Overlap rules (what a framework hides behind compute, and what it leaves exposed
 - DeepSpeed ZeRO-1/2's per-tensor step loop is issued by the host while the GPU still runs what the last backward
   left queued, which hides at most a full launch queue of the issue (step_bookkeeping_s), and nothing under
   overlap_comm, whose gradient epilogue synchronises the device first (_queued_at_step_s);
-- DeepSpeed ZeRO-3's fetch, release and gradient hooks run on the host beside the pass's kernels: a pass lasts
-  max(its GPU time, its ops' host issue + its hooks) (schedule/zero3_hook_overlap.py, with_zero3_hooks);
 - pipeline send/recv: Megatron's wait on the dependency edge; DeepSpeed's PipelineEngine sends and receives with
   blocking calls at the start of each step of its lock-step schedule, on the stage's own stream
   (schedule.pipeline.simulate_lockstep).
@@ -44,8 +42,6 @@ from llmperf_hook.predict.host_issue import pass_host_s, queued_pass_s
 from llmperf_hook.schedule.op_timeline import hidden_comm, op_events
 from llmperf_hook.schedule.pipeline import PipelineResult, simulate_lockstep, simulate_pipeline_and_free
 from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
-from llmperf_hook.schedule.zero3_hook_overlap import (fetch_syncs_device, hooked_pass, pass_hooks_s,
-                                                      recomputed_hook_share)
 
 
 
@@ -59,9 +55,6 @@ class PassCost:
     exposed_comm_s: dict[str, float]
     host_wait_s: float = 0.0
     """Time the GPU waits for the host to issue ops (pass host-bound: ops x per-op host cost > GPU time)."""
-    hooks_wait_s: float = 0.0
-    """Time the GPU waits for DeepSpeed ZeRO-3's module and gradient hooks beyond the host's issue of the pass's ops
-    (with_zero3_hooks), inside total_s."""
 
 
 def _comm_kind(op: Op) -> str:
@@ -210,6 +203,9 @@ class StepOpsCost:
     param_gather_exposed_s: float
     grad_total_s: float
     param_gather_total_s: float
+    zero3_hooks_s: float = 0.0
+    """Host time of ZeRO-3's module and gradient hooks (graph/zero3_hooks.py), inside optimizer_s for the step's
+    timing and reported on its own breakdown line: the GPU waits for it in forward and backward."""
     step_host_s: float = 0.0
     """Host time of the step's own ops that the GPU waits for, inside optimizer_s and reported on its own breakdown
     line (`host_optimizer_step`): DeepSpeed's per-tensor syncs (the ops' host_s tag, graph/step_ops.py
@@ -221,17 +217,17 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
                   fwd_window_s: float, lead_s: float = 0.0, host_per_op_s: float = 0.0) -> StepOpsCost:
     """`lead_s`: GPU time of the last backward still queued when the host starts the step; `host_per_op_s`: the
     cluster's host cost of one modelled op (the step's per-tensor launches: step_bookkeeping_s)."""
-    grad = gather = embed = opt = contention = host = 0.0
+    grad = gather = embed = opt = contention = hooks = host = 0.0
     grad_overlap = gather_overlap = False
     for op in stage.step_ops:
         t = seconds[op_id(op)]
-        if op.name == ZERO3_HOOKS_OP:  # run inside the passes (with_zero3_hooks), not after the backward
-            continue
         if op.op_class in STEP_WORK_CLASSES:  # the step's own work, not overlapped
             own = step_bookkeeping_s(op, t, lead_s, host_per_op_s) if "host_launches" in op.tags else t
             opt += own
-            # the host wait the op's time holds (the roofline adds host_s), and an issue that outlasts it
-            host += min(t, float(op.tags.get("host_s", 0.0))) + own - t
+            if op.name == ZERO3_HOOKS_OP:
+                hooks += t
+            else:  # the host wait the op's time holds (the roofline adds host_s), and an issue that outlasts it
+                host += min(t, float(op.tags.get("host_s", 0.0))) + own - t
         elif op.name.startswith("embedding"):
             embed += t
         elif "param_allgather" in op.name:
@@ -248,7 +244,7 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
         last = _bucket_fraction(cfg, stage)
         grad_exposed = max(grad - bwd_window_s, grad * last + contention * (1.0 - last))
     gather_exposed = max(0.0, gather - fwd_window_s) if gather_overlap else gather
-    return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather, host)
+    return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather, hooks, host)
 
 
 LAUNCH_QUEUE_DEPTH = 1000
@@ -303,7 +299,6 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     tp_overlap = cfg.optimizer.tp_comm_overlap
     fwd, bwd = _chunk_passes(graph, seconds, tp_overlap, host_per_op_s)
     last_backward = [row[0] for row in bwd]  # before any partition gather is added: the pass's own queue
-    fwd, bwd = with_zero3_hooks(graph, fwd, bwd, cfg, host_per_op_s)
     p2p_s = seconds[op_id(graph.p2p)] if graph.p2p is not None else 0.0
     if graph.p2p_gather is not None:
         fwd, bwd = _with_partition_gathers(fwd, bwd, seconds[op_id(graph.p2p_gather)])
@@ -345,29 +340,6 @@ def _chunk_passes(graph: OpGraph, seconds: dict[str, float], tp_overlap: bool,
 
     fwd = [[cost(c, False) for c in s.chunks] for s in graph.stages]
     bwd = [[cost(c, True) for c in s.chunks] for s in graph.stages]
-    return fwd, bwd
-
-
-def with_zero3_hooks(graph: OpGraph, fwd: list[list[PassCost]], bwd: list[list[PassCost]], cfg: TrainingConfig,
-                     host_per_op_s: float) -> tuple[list[list[PassCost]], list[list[PassCost]]]:
-    """Passes with DeepSpeed ZeRO-3's hook host time (graph/zero3_hooks.py: its step op carries the step's total)
-    run on the host beside their kernels (schedule/zero3_hook_overlap.py), a stage's chunks sharing it equally;
-    added to them where every fetch synchronises the device (zero3_hook_overlap.fetch_syncs_device) or no host
-    model runs."""
-    overlap = host_per_op_s > 0 and not fetch_syncs_device(cfg)
-    side_stream = lambda op: hidden_comm(op, cfg.optimizer.tp_comm_overlap)  # noqa: E731
-    for i, stage in enumerate(graph.stages):
-        hooks_s = sum(float(op.tags["host_s"]) / int(op.dims["microbatches"])
-                      for op in stage.step_ops if op.name == ZERO3_HOOKS_OP) / len(stage.chunks)
-        if hooks_s <= 0.0:
-            continue
-        for j, chunk in enumerate(stage.chunks):
-            f, b = fwd[i][j], bwd[i][j]
-            recomputed = recomputed_hook_share(cfg, b.recompute_s, f.compute_s)
-            f_host = sum(pass_host_s(bl.fwd, host_per_op_s, side_stream) * bl.count for bl in chunk.blocks)
-            b_host = sum(pass_host_s(bl.bwd, host_per_op_s, side_stream) * bl.count for bl in chunk.blocks)
-            fwd[i][j] = hooked_pass(f, f_host, pass_hooks_s(hooks_s, False, 0.0), overlap)
-            bwd[i][j] = hooked_pass(b, b_host, pass_hooks_s(hooks_s, True, recomputed), overlap)
     return fwd, bwd
 
 
@@ -417,9 +389,9 @@ def _breakdown(fwd: list[PassCost], bwd: list[PassCost], m: int, end_s: float, e
     out["pipeline_bubble"] = max(0.0, end_s - busy_s - out["pipeline_p2p"])
     out["comm_dp_grad"] += steps.grad_exposed_s
     out["comm_embedding_grad"] += steps.embedding_s
-    out["host_zero3_hooks"] = sum(cost.hooks_wait_s for cost in fwd + bwd) * m
-    out["host_optimizer_step"] = min(steps.step_host_s, optimizer_s)
-    out["optimizer"] = optimizer_s - out["host_optimizer_step"]
+    out["host_zero3_hooks"] = min(steps.zero3_hooks_s, optimizer_s)
+    out["host_optimizer_step"] = min(steps.step_host_s, optimizer_s - out["host_zero3_hooks"])
+    out["optimizer"] = optimizer_s - out["host_zero3_hooks"] - out["host_optimizer_step"]
     out["comm_param_gather"] += gather_s
     return {k: v for k, v in out.items() if v > 0.0 or k in ("compute", "pipeline_bubble", "optimizer")}
 
@@ -438,7 +410,7 @@ def _stage_timing(stage: StageGraph, fwd: list[PassCost], bwd: list[PassCost], m
                        bwd_s=sum(c.total_s for c in bwd), compute_s=compute,
                        exposed_comm_s={k: v for k, v in exposed.items() if v > 0}, pipeline_end_s=end_s,
                        idle_s=max(0.0, end_s - busy_s),
-                       optimizer_s=steps.optimizer_s - steps.step_host_s)
+                       optimizer_s=steps.optimizer_s - steps.zero3_hooks_s - steps.step_host_s)
 
 
 def _timeline(events: tuple, sync_end: list[float], end_s: tuple[float, ...], steps: list[StepOpsCost],

@@ -26,13 +26,12 @@ def _predict(tmp_path: Path, zero: int):
 
 
 def test_hooks_leave_the_optimizer_line(tmp_path: Path) -> None:
-    """4 layers x 12 + 4 = 52 tensors, 3 micro-batches: the hooks' host time is its own component (what of it the
-    passes' kernels do not hide: schedule/zero3_hook_overlap.py), the step still the sum of its components, and the
-    optimizer line holds the step's own work only."""
+    """4 layers x 12 + 4 = 52 tensors, 3 micro-batches: the hooks' host time is its own component, the step still
+    the sum of its components, and the optimizer line holds the step's own work only."""
     pred = _predict(tmp_path, 3)
     b = pred.estimate.breakdown
     hooks_s = 3 * 52 * ZERO3_HOOK_S_PER_TENSOR
-    assert 0.5 * hooks_s < b["host_zero3_hooks"] <= hooks_s  # this small model's GPU idles for most of them
+    assert b["host_zero3_hooks"] == pytest.approx(hooks_s, rel=0.02)
     assert b["optimizer"] < hooks_s
     assert sum(b.values()) == pytest.approx(pred.estimate.step_time_s, rel=1e-6)
     assert all(s.optimizer_s == pytest.approx(b["optimizer"]) for s in pred.estimate.stages)
