@@ -47,10 +47,10 @@ def test_tune_keeps_what_predict_says_fits_the_host(tmp_path: Path) -> None:
     cluster = tmp_path / "cpu3.yaml"
     cluster.write_text(json.dumps(CLUSTER))  # JSON is YAML
     out = subprocess.run([sys.executable, "-m", "llmperf_hook", "tune", "--cluster", str(cluster), "--format", "json",
-                          "--", *_command(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          "--top", "50", "--", *_command(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                          env={"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
                               "LLMPERF_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["search"]["num_oom_estimated"] == result["search"]["num_oom_predicted"] == 0
-    assert {row["zero_stage"] for row in result["top"]} >= {1, 2, 3}
+    assert {row["zero_stage"] for row in result["top"]} >= {1, 2, 3}  # every stage listed (ranked by speed, not pruned)
