@@ -22,10 +22,13 @@ CALIBRATION_FRAMEWORKS = ("megatron", "deepspeed", "megatron-deepspeed", "hf-dee
 def newest_run_dir(parent: Path = DEFAULT_RUNS_DIR) -> Path:
     """The newest of the runs under ./llmperf-runs and the latest `llmperf run --instrument` recorded in
     $LLMPERF_HOME (a run given --run-dir elsewhere)."""
+    from llmperf_hook.commands.folder_checks import working_dir
+
     runs = [p for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
     latest = _recorded_latest_run()
     runs += [latest] if latest is not None else []
     if not runs:
+        working_dir("./llmperf-runs, where RUN_DIR is looked for when none is given,")
         raise UsageError(f"no RUN_DIR given, no run under {str(parent)!r} (from the working directory "
                          f"{str(Path.cwd())!r}) and no instrumented run recorded in $LLMPERF_HOME. Pass the run "
                          f"directory `llmperf run --instrument` printed.")
@@ -41,6 +44,18 @@ def _recorded_latest_run() -> Path | None:
     except (OSError, UnicodeDecodeError):
         return None
     return Path(text) if text and Path(text).is_dir() else None
+
+
+def check_run_dir_path(path: Path) -> None:
+    """RUN_DIR can be looked up (folder_checks.py: a name too long, a symbolic link loop), and a relative one has a
+    working directory to be read from."""
+    from llmperf_hook.commands.folder_checks import lookup_problem, working_dir
+
+    if not path.is_absolute():
+        working_dir(f"the relative RUN_DIR {str(path)!r} and ./llmperf-runs")
+    problem = lookup_problem(path)
+    if problem:
+        raise UsageError(f"run directory {str(path)!r} cannot be read: {problem}.")
 
 
 def check_has_jobs(path: Path) -> None:
@@ -87,6 +102,7 @@ def command(run_dir: str | None, hardware: str | None, cluster: str | None, fram
                          f"{', '.join(CALIBRATION_FRAMEWORKS)} (`llmperf explain` names a job's), so one stored under "
                          f"another name would never be used. Pass one of those, or leave --framework out.")
     path = Path(run_dir) if run_dir else newest_run_dir()
+    check_run_dir_path(path)
     check_has_jobs(path)
     report = refine_run(path, hardware=hardware, cluster=cluster, framework=framework)
     release_claims(Path(report.store_path))  # instrument/shared_job.py: finished jobs' claims the store now holds

@@ -26,6 +26,7 @@ from typing import Any, Mapping, NoReturn, Sequence
 import click
 
 from llmperf_hook.commands.common import launch_argv, overrides
+from llmperf_hook.commands.folder_checks import lookup_problem, working_dir
 from llmperf_hook.errors import ConfigError, InfeasibleError, LlmperfError, UsageError
 from llmperf_hook.launch.parse import leading_assignments
 from llmperf_hook.launch.sbatch import SBATCH_JOB_ID
@@ -63,6 +64,7 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
       llmperf torchrun ...          (same as llmperf run -- torchrun ...)
     """
     argv = launch_argv(launch, "run")
+    working_dir("the job's relative paths, its script and the default ./llmperf-runs")
     if max_step_time is not None and not 0 < max_step_time < float("inf"):  # nan compared False: no gate at all
         raise UsageError(f"--max-step-time {max_step_time:g}: the step-time budget must be a positive, finite number of "
                          f"seconds per optimizer step (llmperf option). Give one, or leave the option out.")
@@ -211,14 +213,18 @@ def check_instrument_options(argv: list[str], instrument: int | None, profile_op
 
 
 def _check_run_dir(run_dir: str | None) -> None:
-    """--run-dir must be (or become) a folder: a file there, or a file among its parents, is refused before the
-    prediction and the launch (it failed only after both were under way)."""
+    """--run-dir must be (or become) a folder: a file there, or a file among its parents, a path that cannot be looked
+    up (a name too long, a symbolic link loop: folder_checks.py) is refused before the prediction and the launch (it
+    failed only after both were under way, or as an internal error)."""
     if run_dir is None:
         return
     if not run_dir.strip():
         raise UsageError("--run-dir '' is empty: give the folder for the run's records, or leave --run-dir out "
                          "(default ./llmperf-runs/<time>-<pid>).")
     path = Path(run_dir).expanduser()
+    problem = lookup_problem(path)
+    if problem:
+        raise UsageError(f"--run-dir {run_dir!r} cannot hold the run's records: {problem}.")
     for part in (path, *path.parents):
         if part.exists():
             if not part.is_dir():
