@@ -99,11 +99,12 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
 
 def _check_entry(argv: list[str], env: dict[str, str], dry_run: bool) -> None:
     """The training script (module) python would open, before the command is predicted (run_entry.py): refused when
-    launching, a warning in a dry run (the job may be meant for another machine's files)."""
-    from llmperf_hook.commands.run_entry import entry_problem
+    launching, a warning in a dry run (the job may be meant for another machine's files) and for a multi-node
+    deepspeed launch (its runner opens it on the hostfile's hosts, not here)."""
+    from llmperf_hook.commands.run_entry import entry_verdict
 
-    problem = entry_problem(argv, env, Path.cwd())
-    if problem and not dry_run:
+    problem, refuse = entry_verdict(argv, env, Path.cwd())
+    if refuse and not dry_run:
         raise UsageError(problem)
     if problem:
         click.echo(f"llmperf: warning: {problem.replace('Nothing was predicted or started: ', 'Launched here, it would fail: ')}",

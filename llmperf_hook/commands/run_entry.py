@@ -45,6 +45,8 @@ class Entry:
     """The job's environment (`VAR=value` words in front of the command included)."""
     program: bool = False
     """Run as a program, not by python (torchrun / deepspeed `--no-python`)."""
+    remote: bool = False
+    """Opened on other hosts only: a multi-node deepspeed launch (see `_starts_on_other_hosts`)."""
 
 
 def check_entry(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None) -> None:
@@ -55,18 +57,29 @@ def check_entry(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = 
 
 
 def entry_problem(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> str:
+    return entry_verdict(argv, env, cwd)[0]
+
+
+def entry_verdict(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> tuple[str, bool]:
+    """(what python would say, whether to refuse): a multi-node deepspeed launch opens the entry on the hostfile's
+    hosts, not here, so what this host cannot see is a warning only."""
     entry = find_entry(argv, env)
     if entry is None:
-        return ""
+        return "", False
     if entry.program:
         said = _program_problem(entry, cwd)
-        return (f"cannot launch `{entry.launch}`: {said} (in {cwd}; --no-python runs it as a program). Nothing was "
-                "predicted or started: check the name, or drop --no-python for a python script.") if said else ""
-    said = _module_problem(entry, cwd) if entry.module else _script_problem(entry.target, cwd)
-    if not said:
-        return ""
-    return (f"cannot launch `{entry.launch}`: {entry.interpreter or 'python'}: {said} (in {cwd}). Nothing was "
-            "predicted or started: check the path or the module name, and the directory you launch from.")
+        problem = (f"cannot launch `{entry.launch}`: {said} (in {cwd}; --no-python runs it as a program). Nothing was "
+                   "predicted or started: check the name, or drop --no-python for a python script.") if said else ""
+    else:
+        said = _module_problem(entry, cwd) if entry.module else _script_problem(entry.target, cwd)
+        problem = (f"cannot launch `{entry.launch}`: {entry.interpreter or 'python'}: {said} (in {cwd}). Nothing was "
+                   "predicted or started: check the path or the module name, and the directory you launch from."
+                   ) if said else ""
+    if problem and entry.remote:
+        return (f"`{entry.launch}` on this host: {said} (in {cwd}). The deepspeed launcher starts it on the "
+                f"hostfile's hosts (pdsh / mpirun: `cd {cwd}; python -u -m deepspeed.launcher.launch ...`), not here, "
+                "so it may exist there: launched anyway. If no host has it, every rank fails at its start."), False
+    return problem, bool(problem)
 
 
 def find_entry(argv: Sequence[str], env: Mapping[str, str]) -> Entry | None:
@@ -90,7 +103,27 @@ def find_entry(argv: Sequence[str], env: Mapping[str, str]) -> Entry | None:
     if _is_python(words[0]) and job.launcher == "python" and _runs_code(words[:at + 1]):
         return None
     return Entry(target, module, _interpreter(words, job_env), " ".join(words[:at + 1]) + (" ..." if job.script_args
-                 else ""), job_env, program=_without_python(words[1:at]))
+                 else ""), job_env, program=_without_python(words[1:at]),
+                 remote=job.launcher == "deepspeed" and _starts_on_other_hosts(words[:at], job.nnodes))
+
+
+def _starts_on_other_hosts(launcher_words: Sequence[str], num_nodes: int) -> bool:
+    """deepspeed/launcher/runner.py main: `multi_node_exec = (args.force_multi or len(active_resources) > 1) and not
+    args.no_ssh`; then a multi-node runner (pdsh, mpirun, srun: multinode_runner.py) starts the entry on each host
+    of the hostfile, `cd <this folder>` first, and this host opens it only when the hostfile lists it. Otherwise
+    (one host, or --no_ssh) deepspeed.launcher.launch starts it here."""
+    from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS
+    from llmperf_hook.launch.options import scan_options
+
+    start = next((k + 1 for k, word in enumerate(launcher_words)
+                  if os.path.basename(word) == "deepspeed" or word.endswith("deepspeed.launcher.runner")), None)
+    if start is None:
+        return False
+    try:
+        values = scan_options(launcher_words, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR).values
+    except LlmperfError:
+        return False
+    return ("force_multi" in values or num_nodes > 1) and "no_ssh" not in values
 
 
 def _entry_index(words: Sequence[str], target: str, script_args: Sequence[str]) -> int | None:

@@ -106,3 +106,24 @@ def test_a_plain_folder_named_like_an_installed_package_does_not_hide_it(work: P
     ran = subprocess.run([PY, "-m", module, "--help"], cwd=work, env=ENV, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr  # python itself runs it from there
     assert entry_problem([PY, "-m", module, "--help"], ENV, work) == ""
+
+
+@pytest.mark.parametrize("launch, refused", [
+    (["--hostfile", "hosts"], False),  # two hosts: pdsh starts it there (`cd <cwd>`), not here
+    (["--hostfile", "hosts", "--module"], False),
+    (["--hostfile", "hosts", "--no_ssh", "--node_rank", "0"], True),  # each host starts its own part: here too
+    (["--hostfile", "hosts", "--num_nodes", "1"], True),  # one host: deepspeed.launcher.launch runs it here
+    (["--hostfile", "one_host", "--force_multi"], False),
+    (["--hostfile", "one_host"], True),
+])
+def test_a_multi_node_deepspeed_launch_only_warns_of_an_entry_this_host_cannot_see(work: Path, launch: list[str],
+                                                                                  refused: bool,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(work)  # the launch reads its hostfile from the working directory, as deepspeed does
+    (work / "hosts").write_text("worker-1 slots=1\nworker-2 slots=1\n")
+    (work / "one_host").write_text("worker-1 slots=1\n")
+    from llmperf_hook.commands.run_entry import entry_verdict
+
+    problem, refuse = entry_verdict(["deepspeed", *launch, "only_on_workers.py", "--lr", "1"], ENV, work)
+    assert refuse is refused and "only_on_workers" in problem, problem
+    assert refused or "launched anyway" in problem and "hostfile's hosts" in problem
