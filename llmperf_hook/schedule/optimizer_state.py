@@ -3,7 +3,8 @@ allocates, by optimizer and dtype.
 
 Mixed-precision Adam keeps an fp32 master copy and two fp32 moments, 12 B (Rajbhandari et al. 2020, ZeRO, Sec. 3.1);
 SGD with momentum 8; in fp32 training no master copy (8 / 4); a plain-torch script stepping its 16-bit model keeps
-the moments in the model's dtype (4 / 2).
+the moments in the model's dtype (4 / 2). torch.optim's amsgrad keeps a third state, SGD without momentum none
+(num_optimizer_states).
 
 Megatron-LM --use-precision-aware-optimizer (Megatron-LM HEAD d98e8a6; Transformer Engine >= 2.1) hands the state to
 Transformer Engine's FusedAdam (transformer_engine/pytorch/optimizers/fused_adam.py):
@@ -67,18 +68,35 @@ def master_bytes_per_param(cfg: TrainingConfig) -> float:
     return STATE_DTYPE_BYTES[cfg.optimizer.main_params_dtype]
 
 
+STATELESS_SGD_IMPLS = frozenset({"sgd", "sgd_fused"})
+"""torch.optim.SGD without momentum keeps no state: SGD._init_group asks self.state[p] for a momentum_buffer only
+when group["momentum"] != 0 (torch/optim/sgd.py, torch 2.13), so nothing is ever stored."""
+
+
+def num_optimizer_states(cfg: TrainingConfig) -> int:
+    """Tensors the optimizer keeps per parameter besides a master copy. Adam / AdamW: exp_avg and exp_avg_sq, plus
+    max_exp_avg_sq under amsgrad=True (torch/optim/adam.py Adam._init_group: state["max_exp_avg_sq"] =
+    torch.zeros_like(p) when group["amsgrad"]), foreach or fused. SGD: momentum_buffer with momentum (Megatron's
+    SGD, default --sgd-momentum 0.9; DeepSpeed's one-state types), none without (STATELESS_SGD_IMPLS)."""
+    impl = cfg.optimizer.torch_optimizer_impl
+    if cfg.optimizer.name == "adam":
+        return 3 if impl.endswith("_amsgrad") else 2
+    return 0 if impl in STATELESS_SGD_IMPLS else 1
+
+
 def optimizer_bytes_per_param(cfg: TrainingConfig) -> float:
-    """GPU bytes of optimizer state per parameter of the rank's (sharded or whole) optimizer."""
+    """GPU bytes of optimizer state per parameter of the rank's (sharded or whole) optimizer: the states
+    (num_optimizer_states) in the 16-bit parameter's dtype when torch.optim steps the 16-bit model itself, else in
+    fp32, plus the fp32 master copy in mixed precision (Adam 4 + 2 x 4 = 12 B, amsgrad 16, SGD with momentum 8)."""
     o = cfg.optimizer
     fp32 = cfg.precision == "fp32"
     if precision_aware(cfg):
         return (STATE_DTYPE_BYTES[o.exp_avg_dtype] + STATE_DTYPE_BYTES[o.exp_avg_sq_dtype]
                 + master_bytes_per_param(cfg))
+    states = num_optimizer_states(cfg)
     if not o.master_weights and not fp32:
-        return 4 if o.name == "adam" else 2  # torch.optim states in the 16-bit parameter's dtype, no master copy
-    if o.name == "adam":
-        return 8 if fp32 else 12
-    return 4 if fp32 else 8
+        return 2 * states  # torch.optim states in the 16-bit parameter's dtype, no master copy
+    return FP32_BYTES * states + (0 if fp32 else FP32_BYTES)
 
 
 def step_temporary_bytes_per_param(cfg: TrainingConfig) -> float:
@@ -105,16 +123,25 @@ def step_temporary_bytes_per_param(cfg: TrainingConfig) -> float:
 
 
 def foreach_step_temporary_bytes_per_param(cfg: TrainingConfig) -> float:
-    """Bytes per stepped parameter that torch.optim's multi-tensor Adam / AdamW (foreach, the CUDA default) allocates
-    for the length of its step: exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs), a copy of every second
-    moment of the parameter group in the parameters' dtype (torch/optim/adam.py _multi_tensor_adam, torch 2.13; the
-    group is split by device and dtype only). Adam's L2 weight decay first copies the gradients
-    (torch._foreach_add(device_grads, device_params)) but deletes them before the square root ('del device_grads'):
-    one copy at a time. fused=True updates in place: none. torch.optim over the 16-bit model (master_weights False):
-    2 bytes; over fp32 weights (a DeepSpeed client optimizer stepping fp32, a plain fp32 script): 4."""
+    """Bytes per stepped parameter of the one full-size tensor list torch.optim's multi-tensor step (foreach, the
+    CUDA default) allocates for the length of its step (torch 2.13):
+    - Adam / AdamW (torch/optim/adam.py _multi_tensor_adam; the group is split by device and dtype only):
+      exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs), a copy of every second moment in the parameters'
+      dtype; under amsgrad torch._foreach_maximum_(device_max_exp_avg_sqs, device_exp_avg_sqs) is in place and the
+      square root is of the maxima instead: the same one copy. Adam's L2 weight decay first copies the gradients
+      (device_grads = torch._foreach_add(device_grads, device_params, alpha=wd)) but deletes them before the square
+      root ('del device_grads'): one copy at a time.
+    - SGD (sgd.py _multi_tensor_sgd): with weight_decay != 0 the same out-of-place torch._foreach_add of the
+      gradients, alive until the parameters are updated (or, with momentum and no nesterov, until device_grads = bufs
+      drops it after _foreach_add_(bufs, device_grads)); without weight decay every call is in place
+      (_foreach_mul_ / _foreach_add_ on bufs, params; nesterov adds into the gradients themselves): none.
+    fused=True updates in place: none. torch.optim over the 16-bit model (master_weights False): 2 bytes; over fp32
+    weights (a DeepSpeed client optimizer stepping fp32, a plain fp32 script): 4."""
     o = cfg.optimizer
     sixteen_bit_model = not o.master_weights and cfg.precision != "fp32"
     impl = o.torch_optimizer_impl or ("foreach" if sixteen_bit_model else "")
-    if o.name != "adam" or impl != "foreach" or o.offload_optimizer != "none":
+    adam_foreach = o.name == "adam" and impl in ("foreach", "foreach_amsgrad")
+    sgd_decay = o.name == "sgd" and impl in ("sgd", "sgd_momentum", "sgd_nesterov") and o.torch_weight_decay != "none"
+    if not (adam_foreach or sgd_decay) or o.offload_optimizer != "none":
         return 0.0
     return 2.0 if sixteen_bit_model else float(FP32_BYTES)
