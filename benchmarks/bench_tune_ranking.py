@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--host-cells]
                                                               [--misses [--noise PCT]] [--resolution]
                                                               [--measured-only] [--layer-ops]
-                                                              [--classify [--noise PCT]]
+                                                              [--classify [--noise PCT]] [--miss-parts]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
@@ -48,6 +48,11 @@ gap and its class: noise (a measured gap within `--noise PCT`), outlier cell (th
 odds with its neighbours: it contradicts the work order, or measures above what the smaller and larger micro-batches
 of its family allow), systematic (a deciding term two or more misses share) or single (benchmarks/ranking_classes.py).
 
+`--miss-parts` prints the S24 misses left without the flagged cells' rows (the second figure), each with the knobs in
+which best and choice differ, both rows' signed errors and predicted parts (compute, recompute, exposed host issue, TP
+all-reduces, bubble, optimizer, DP all-reduce), a count by knob and by error direction, and what each equal-work TP
+step of unflagged cells adds per in-layer TP call beyond the model (benchmarks/ranking_miss_parts.py).
+
 `--measured-only` ranks the groups again without the rows that were composed, not run
 (ranking_diagnostics.is_composed: S24's rows with data parallelism are its DP = 1 rows plus vTrain's table
 all-reduce), so the figure says how the tuner ranks real runs; the issue's figure above stays the one over all rows.
@@ -85,6 +90,7 @@ from ranking_consistency import TP_CALLS_PER_LAYER, report_consistency, report_f
 from ranking_attribution import report_misses, report_step_cost
 from ranking_classes import report_classes
 from ranking_layer_ops import is_deciding_row, report_layer_ops
+from ranking_miss_parts import report_miss_parts
 from ranking_diagnostics import WITHIN, RowPoint, equal_work_steps, is_composed, report_resolution
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -112,6 +118,8 @@ class GroupResult:
     """(cell, signed relative error of the predicted step time) per row; cell = (hidden, tp, micro-batch)."""
     points: tuple = ()
     """One RowPoint per row of the group (what --misses re-ranks)."""
+    breakdowns: tuple = ()
+    """The predicted StepEstimate.breakdown (part -> seconds) of each row, aligned with points (--miss-parts)."""
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:
@@ -194,15 +202,16 @@ def rank_group(key: tuple, rows) -> GroupResult | None:
     errors = tuple(((cfg.model.hidden_size, cfg.parallel.tp, cfg.batch.micro_batch_size),
                     (p - r.iteration_time_s) / r.iteration_time_s) for p, (r, cfg, _) in zip(predicted, rows))
     points = tuple(_row_point(r, cfg, e, margin) for r, cfg, e in zip((r for r, _, _ in rows), (c for _, c, _ in rows), estimates))
+    breakdowns = tuple(dict(e.breakdown) for e in estimates)
     if not res.top:
         return GroupResult(label, source, len(cands), False, False, corr, "-", "tuner found no fitting configuration",
-                           row_errors=errors, points=points)
+                           row_errors=errors, points=points, breakdowns=breakdowns)
     chosen = res.top[0].candidate
     direct_best = min(fitting, key=lambda t: t[0])[0] if fitting else None
     return GroupResult(label, source, len(cands), meas[chosen] <= (1 + WITHIN) * best, meas[chosen] == best, corr,
                        f"{chosen.describe()} ({meas[chosen] / best:.3f}x best)",
                        ratio_to_best=meas[chosen] / best, is_predicted_best=direct_best is not None and res.top[0].step_time_s <= direct_best * (1 + 1e-9),
-                       row_errors=errors, points=points)
+                       row_errors=errors, points=points, breakdowns=breakdowns)
 
 
 def tune_margin(cfg) -> float:
@@ -269,6 +278,9 @@ def main() -> None:
     ap.add_argument("--classify", action="store_true",
                     help="also print each miss's pair, measured and predicted gap and class (noise, outlier cell, "
                          "systematic, single)")
+    ap.add_argument("--miss-parts", action="store_true",
+                    help="also print the S24 misses without the flagged cells: knobs, errors, predicted parts of both "
+                         "rows and the excess per TP call of the equal-work TP steps")
     ap.add_argument("--noise", type=float, default=0.0, metavar="PCT",
                     help="with --misses: also count rows within PCT %% of a group's fastest as its best; with "
                          "--classify: the run-to-run spread a miss must exceed not to be noise")
@@ -293,6 +305,8 @@ def main() -> None:
         report_step_cost(results)
     if args.classify:
         report_classes(results, args.noise / 100)
+    if args.miss_parts:
+        report_miss_parts(results)
     if args.resolution:
         report_resolution(results)
         report_consistency(results, tp_step_cap(results))
