@@ -18,6 +18,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.accelerator_code import drives_accelerator
 from llmperf_hook.frameworks.deepspeed_config import AUTO, DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.deepspeed_release import JobRelease
+from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.provenance import Source, SourceKind
 
 USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"
@@ -73,7 +74,7 @@ def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str, b
         for var, (path, kind) in _PLUGIN_KEYS.items():  # "auto" (an accelerate config's) stays for the script to fill
             if env.get(var, "none").lower() not in ("none", "", AUTO):
                 _fill(raw, path, kind(env[var]) if kind is not str else env[var].lower(), overwrite=True)
-    mixed_precision_sections(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower())  # AcceleratorState: file or not
+    mixed_precision_sections(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower(), origin)  # AcceleratorState
     return raw, origin, inserted
 
 
@@ -147,17 +148,49 @@ def _fill(raw: dict[str, Any], path: tuple[str, ...], value: Any, overwrite: boo
         node[path[-1]] = value
 
 
-def mixed_precision_sections(raw: dict[str, Any], mixed: str) -> None:
+def mixed_precision_sections(raw: dict[str, Any], mixed: str, origin: str = "") -> str | None:
     """DeepSpeedPlugin.set_mixed_precision (accelerate utils/dataclasses.py), run by AcceleratorState for `accelerate
     launch` jobs and the Trainer's --deepspeed FILE alike, adds the section of the Accelerator's mixed precision when
-    the config lacks that section ({"bf16": {"enabled": true}} under bf16, whatever the fp16 section says): `mixed`
-    is accelerate's --mixed_precision, or "no" where the Trainer's --bf16 / --fp16 decide (TrainingArguments exports
-    them as ACCELERATE_MIXED_PRECISION, after its fill_match has checked the file). A section still missing is left
-    "auto", for frameworks/deepspeed_job.ds_precision to read from the Trainer's flags (fp32 without them)."""
-    if mixed in ("fp16", "bf16") and mixed not in raw:
-        raw[mixed] = {"enabled": True}
+    the config lacks that section ({"bf16": {"enabled": true}} under bf16 or fp8, whatever the fp16 section says):
+    `mixed` is ACCELERATE_MIXED_PRECISION, or "no" where the Trainer's --bf16 / --fp16 decide (TrainingArguments
+    exports them as ACCELERATE_MIXED_PRECISION, after its fill_match has checked the file). A section still missing is
+    left "auto", for frameworks/deepspeed_job.ds_precision to read from the Trainer's flags (fp32 without them).
+    Returns the section it added (None: none). `origin` (the config's name) also asks for set_mixed_precision's
+    refusal of the other dtype enabled in the file; the Trainer's own mismatch check stops such a file first."""
+    section = {"fp16": "fp16", "bf16": "bf16", "fp8": "bf16"}.get(mixed)
+    other = "bf16" if section == "fp16" else "fp16"
+    given = raw.get(other)
+    if origin and section and isinstance(given, dict) and str(given.get("enabled", "False")).lower() == "true":
+        raise ConfigError(f"{origin} enables {other} while accelerate's mixed precision is {mixed} "
+                          f"(ACCELERATE_MIXED_PRECISION, accelerate launch --mixed_precision): DeepSpeedPlugin."
+                          f"set_mixed_precision raises '`--mixed_precision` arg cannot be set to `{mixed}` when "
+                          f"`{other}` is set in the DeepSpeed config file.' Make them agree.")
+    added = section if section and section not in raw else None
+    if added:
+        raw[added] = {"enabled": True}
     for name in ("bf16", "fp16"):
         raw.setdefault(name, {"enabled": AUTO})
+    return added
+
+
+def trainer_mixed_precision(flags: FlagValues, env: Mapping[str, str]) -> str:
+    """The mixed precision AcceleratorState hands set_mixed_precision under the Hugging Face Trainer: "no" where its
+    --fp16 / --bf16 decide (ds_precision reads them), else the launcher's ACCELERATE_MIXED_PRECISION (`accelerate
+    launch --mixed_precision bf16`), which TrainingArguments.__post_init__ keeps when neither flag is given
+    (transformers training_args.py: 'if training args is specified, it will override the one specified in the
+    accelerate config': `mixed_precision_dtype = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")`, replaced only
+    by self.fp16 / self.bf16)."""
+    if flags.get("fp16") or flags.get("bf16"):
+        return "no"
+    return env.get("ACCELERATE_MIXED_PRECISION", "no").lower()
+
+
+def mixed_precision_source(section: str, env: Mapping[str, str]) -> Source:
+    """Where a section mixed_precision_sections added under the Trainer comes from: not the file, so the Trainer's
+    fill_match (which ran before accelerate added it) holds it to nothing (deepspeed_job.hf_mismatches)."""
+    return Source(SourceKind.ENV, f"ACCELERATE_MIXED_PRECISION={env.get('ACCELERATE_MIXED_PRECISION')} (accelerate "
+                  f"launch --mixed_precision): DeepSpeedPlugin.set_mixed_precision adds {{\"{section}\": {{\"enabled\": "
+                  "true}} to a ds_config without that section (accelerate utils/dataclasses.py)")
 
 
 _ACCELERATOR_EXAMPLES = ("nlp_example.py", "cv_example.py", "complete_nlp_example.py", "complete_cv_example.py")

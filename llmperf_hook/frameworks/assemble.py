@@ -18,7 +18,7 @@ from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_b
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (ACCELERATOR_FILLS, MEGATRON_SCRIPT_FILLS, check_hpz,
                                                     check_plain_deepspeed, ds_auto_batch_warnings, ds_batch, ds_optimizer,
-                                                    ds_precision, hf_batch, merge_megatron_batch,
+                                                    ds_precision, hf_batch, megatron_ds_precision, merge_megatron_batch,
                                                     unfilled_batch_key_warnings)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
@@ -30,8 +30,8 @@ from llmperf_hook.frameworks.megatron_validate_args import check_validate_args
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
 from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape, ignored_deepspeed_flags
 from llmperf_hook.frameworks.script_dropout import apply_script_dropout
-from llmperf_hook.frameworks.script_gelu import apply_script_gelu
-from llmperf_hook.frameworks.script_shape import resolve_script_shape, script_model_type
+from llmperf_hook.frameworks.script_gelu import apply_script_gelu, hf_gelu
+from llmperf_hook.frameworks.script_shape import resolve_script_shape, script_hidden_act, script_model_type
 from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.step_flags import step_fusions
 from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, optim_warnings, trainer_warnings
@@ -132,8 +132,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
                                  native_pinning=native_pinned_memory(job.env),
                                  zero1_noncontiguous=zero1_noncontiguous_release(job.env, parts.model.num_experts > 0))
         optimizer = as_released(optimizer, job.env, src, warnings)
-        if precision == "fp32":
-            precision = ds_precision(ds, flags, src)
+        precision = megatron_ds_precision(precision, ds, flags, src, warnings)
         optimizer = replace(optimizer, zero0_bf16_accum_dtype=check_bf16_accumulation_engine(
             ds.grad_accum_dtype, ds.path, optimizer.zero_stage, precision, pipeline_engine, schema_release(job.env), src))
         warnings.extend(ds.warnings)
@@ -402,6 +401,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         src["zero_stage"] = Source(SourceKind.DEFAULT, "no DeepSpeed config: plain data parallel")
         src["overlap_grad_reduce"] = Source(SourceKind.DEFAULT, "torch DDP: bucketed all-reduce in backward")
     splits_bias = _script_splits_bias(job, flags, framework, ds, overrides.model, warnings)
+    gelu = hf_gelu(*script_hidden_act(flags, overrides.model), model.swiglu, src, warnings)
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=model, parallel=layout, batch=batch, precision=precision,
@@ -409,7 +409,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         attention_backend=_script_attention(flags, src, script_model_type(flags, overrides.model)),
         pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
         warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
-        torch_linear_layers=splits_bias,
+        torch_linear_layers=splits_bias, **gelu,  # type: ignore[arg-type]
     )
 
 

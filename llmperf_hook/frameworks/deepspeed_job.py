@@ -130,6 +130,27 @@ def ds_precision(ds: DsSettings, flags: FlagValues, src: dict[str, Source]) -> s
     return "fp32"
 
 
+def megatron_ds_precision(argv: str, ds: DsSettings, flags: FlagValues, src: dict[str, Source],
+                          warnings: list[str]) -> str:
+    """Megatron-DeepSpeed under --deepspeed: get_model returns the bare model (megatron/training.py: `if
+    args.deepspeed: return model`, before Float16Module) and deepspeed.initialize builds the engine from the ds_config,
+    whose _configure_distributed_model casts the parameters to the section it enables (DeepSpeed 0.19.8
+    runtime/engine.py: `check_dtype = torch.half if self.fp16_enabled() else torch.bfloat16`,
+    _cast_module_mixed_precision; older releases module.half() / module.bfloat16()) and whose optimizer wrapper is
+    that section's. So an enabled fp16 / bf16 section wins over --bf16 / --fp16 (`argv`); argv fp32 reads the file."""
+    if argv == "fp32":
+        return ds_precision(ds, flags, src)
+    section = next((name for name in ("bf16", "fp16") if getattr(ds, name) is True), None)
+    if section is None or section == argv:
+        return argv
+    warnings.append(f"--{argv} (argv) but {ds.path} enables {section}: Megatron-DeepSpeed hands the model to DeepSpeed "
+                    f"unwrapped, and its engine casts the parameters to {section} and steps its {section} optimizer "
+                    f"(runtime/engine.py _configure_distributed_model); priced {section}. Megatron's own --{argv} "
+                    "settings (params dtype at build, loss scaling, fused-kernel choices) still apply. Make them agree.")
+    src["precision"] = ds.sources[section]
+    return section
+
+
 _HF_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "max_grad_norm": 1.0}
 
 
@@ -143,14 +164,21 @@ def hf_mismatches(ds: DsSettings, flags: FlagValues) -> None:
     pairs = (("train_micro_batch_size_per_gpu", ds.micro_batch_size, "per_device_train_batch_size"),
              ("gradient_accumulation_steps", ds.gradient_accumulation_steps, "gradient_accumulation_steps"),
              ("gradient_clipping", ds.gradient_clipping if "gradient_clipping" in ds.sources else None, "max_grad_norm"),
-             ("fp16.enabled", ds.fp16 if "fp16" in ds.sources else None, "fp16"),
-             ("bf16.enabled", ds.bf16 if "bf16" in ds.sources else None, "bf16"))
+             ("fp16.enabled", ds.fp16 if _in_file(ds, "fp16") else None, "fp16"),
+             ("bf16.enabled", ds.bf16 if _in_file(ds, "bf16") else None, "bf16"))
     bad = [f"ds {key}={ds_value}{_not_in_file(ds, key)} vs hf --{dest} {_hf_arg(flags, dest)}"
            f"{'' if flags.has(dest) else ' (Trainer default)'}"
            for key, ds_value, dest in pairs if ds_value not in (None, AUTO) and ds_value != _hf_arg(flags, dest)]
     if bad:
         raise ConfigError(f"{ds.path} mismatches the Hugging Face Trainer's arguments ({'; '.join(bad)}); the Trainer refuses "
                           "mismatching DeepSpeed values. Set those keys to \"auto\" or make them equal.")
+
+
+def _in_file(ds: DsSettings, key: str) -> bool:
+    """A precision section the file holds: one accelerate's set_mixed_precision added comes after the Trainer's
+    fill_match (accelerate_plugin.mixed_precision_source) and is held to nothing."""
+    source = ds.sources.get(key)
+    return source is not None and source.kind is SourceKind.CONFIG_FILE
 
 
 def _not_in_file(ds: DsSettings, key: str) -> str:

@@ -108,7 +108,9 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
 
     extra = {**hf_moe_fields(raw, model_type, layers, shape.get("num_experts", 0), origin), **hf_mla_fields(raw, origin),
              **attention_fields(raw, model_type, origin)}
-    return {**check_shape_types(shape, origin), **extra, "model_type": model_type}
+    act = _first(raw, "hidden_act", "activation_function", "hidden_activation", "activation")
+    return {**check_shape_types(shape, origin), **extra, "model_type": model_type,
+            "hidden_act": act if isinstance(act, str) else ""}
 
 
 _QKV_BIAS_ONLY = {"qwen2": (None, True), "qwen2_moe": ("qkv_bias", True), "glm": ("attention_bias", True),

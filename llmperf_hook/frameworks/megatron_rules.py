@@ -415,7 +415,38 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_step_batch_schedule(flags)
     check_te_attention_backend(flags)
     return [*ignored_flag_warnings(flags), *_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp),
-            *_recompute_warnings(flags, script_args), *_legacy_model_warnings(flags, script_args)]
+            *_recompute_warnings(flags, script_args), *_legacy_model_warnings(flags, script_args),
+            *_p2p_spelling_warnings(flags), *_gelu_flag_warnings(flags, script_args)]
+
+
+def _p2p_spelling_warnings(flags: FlagValues) -> list[str]:
+    """--overlap-p2p-communication: Megatron-LM defined it (store_true, default off) from f9283c5a8a (2023-05-31) until
+    4eeff55d1f (2023-10-23, 'Make overlap_p2p_comm the default'); core_r0.4.0 and every release since (core_v0.16.1
+    arguments.py :2232, HEAD alike) define only --no-overlap-p2p-communication, and allow_abbrev=False parsing stops
+    on the old spelling ('unrecognized arguments'). Megatron-DeepSpeed still defines it (megatron/arguments.py)."""
+    if flags.seen_flags.get("overlap_p2p_comm") != "--overlap-p2p-communication" or not flags.get("overlap_p2p_comm"):
+        return []
+    return ["--overlap-p2p-communication: Megatron-LM accepted it only from 2023-05 to 2023-10 (f9283c5a8a .. "
+            "4eeff55d1f); core_r0.4.0 and later (core_v0.16.1 among them) stop at start-up with 'unrecognized "
+            "arguments', the overlap being their default (switched off by --no-overlap-p2p-communication). Priced "
+            "with the overlap on; drop the flag"]
+
+
+def _gelu_flag_warnings(flags: FlagValues, script_args: Sequence[str]) -> list[str]:
+    """--openai-gelu / --onnx-safe: Megatron-LM's parser defines both in every release to HEAD (core_v0.16.1
+    arguments.py :1681/:1691), but only its legacy models read them (core_v0.16.1 megatron/legacy/model/transformer.py
+    ParallelMLP: `if args.openai_gelu: openai_gelu elif args.onnx_safe: erf_gelu`; removed with the legacy GPT code,
+    39ec5ebeb4, 2026-05). Megatron-Core's MLP runs TransformerConfig.activation_func (core/transformer/mlp.py), which
+    core_transformer_config_from_args never sets from them. --onnx-safe is type=bool: any non-empty value is True."""
+    given = [flags.seen_flags[dest] for dest in ("openai_gelu", "onnx_safe") if flags.get(dest)]
+    if not given:
+        return []
+    legacy = _switched_on(script_args, "--use-legacy-models")
+    what = ("with --use-legacy-models the legacy ParallelMLP runs its own GELU (openai_gelu: tanh, erf_gelu: exact), "
+            "but llmperf prices the model as Megatron-Core's with Megatron-Core's GELU" if legacy else
+            "accepted and ignored: Megatron-Core's MLP never reads it (only the legacy models did); priced with "
+            "Megatron-Core's GELU (the fused bias-GELU's tanh, or F.gelu without biases)")
+    return [f"{' and '.join(given)}: {what}"]
 
 
 def ignored_flag_warnings(flags: FlagValues) -> list[str]:

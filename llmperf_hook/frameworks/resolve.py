@@ -15,7 +15,8 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError, LlmperfError
 from llmperf_hook.frameworks.accelerate_plugin import (accelerate_deepspeed, accelerate_ds_settings, accelerator_script,
-                                                       mixed_precision_sections, plugin_config_file)
+                                                       mixed_precision_source, mixed_precision_sections,
+                                                       plugin_config_file, trainer_mixed_precision)
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.deepspeed_job import hf_accumulation_warnings
@@ -155,16 +156,21 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
                          megatron_deepspeed=framework == "megatron-deepspeed" and megatron_entry_point(script))
     if autotuning and "zero_optimization" not in raw:  # autotuner.py tune(): the user's stage, else 0, is what
         raw = {**raw, "zero_optimization": {"stage": 0}}  # each experiment's ds_config[ZERO_OPTIMIZATION] holds
+    added = None
     if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)
         raw = plugin_config_file(raw, env, str(path))
-        mixed_precision_sections(raw, "no")  # a missing fp16/bf16 section: the Trainer's --fp16/--bf16 (accelerate)
+        # a missing fp16/bf16 section: the Trainer's --fp16/--bf16, else accelerate launch's --mixed_precision
+        added = mixed_precision_sections(raw, trainer_mixed_precision(flags, env))
     # Megatron-DeepSpeed's entry points pass their own optimizer (FusedAdam); a user's script taking Megatron's flags
     # is read for the one it passes (the CPU testbed's torch.optim.AdamW; none: the section's), and one that cannot be
     # read is taken for Megatron-DeepSpeed's
     own = ("", "Megatron-DeepSpeed's own optimizer") if framework == "megatron-deepspeed" else None
     readable = own is not None and not megatron_entry_point(script) and script_tree(script) is not None
     client = own if own and not readable else script_client_optimizer(script)
-    return parse_ds_config(raw, str(path), client_optimizer=client, release=schema_release(env))
+    ds = parse_ds_config(raw, str(path), client_optimizer=client, release=schema_release(env))
+    if added:
+        ds.sources[added] = mixed_precision_source(added, env)
+    return ds
 
 
 def _job_sources(job: ParsedJob, framework: str, src: dict[str, Source]) -> None:

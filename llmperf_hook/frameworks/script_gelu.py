@@ -92,6 +92,28 @@ def _approximate(call: ast.Call, position: int) -> str | None:
     return given.value if ok else None  # type: ignore[union-attr]
 
 
+_HF_GELU: dict[str, GeluVariant] = {"gelu": "none", "gelu_10": "none", "gelu_python": "none", "gelu_new": "tanh",
+                                    "gelu_fast": "tanh", "gelu_accurate": "tanh", "gelu_pytorch_tanh": "tanh"}
+"""transformers activations.py ACT2FN: GELUActivation (nn.functional.gelu, exact; gelu_python its erf formula),
+ClippedGELUActivation (gelu_10: exact, clipped); NewGELUActivation, FastGELUActivation and AccurateGELUActivation
+compute the tanh formula, PytorchGELUTanh calls F.gelu(approximate="tanh")."""
+
+
+def hf_gelu(act: str, origin: Source, gated: bool, src: dict[str, Source], warnings: list[str]) -> dict[str, object]:
+    """TrainingConfig.gelu_approximate of a Hugging Face model whose config names its MLP activation `act` (hidden_act;
+    "" unnamed: the class default, left to the tanh default); a gated MLP (SwiGLU / GeGLU) has no GELU op. An
+    activation that is no GELU (relu, quick_gelu, ...) is priced as one, with a warning."""
+    if not act or gated:
+        return {}
+    variant = _HF_GELU.get(act)
+    if variant is None:
+        warnings.append(f"{origin.detail}: the MLP activation {act!r} is not modelled; priced as the tanh GELU")
+        return {}
+    src["gelu_approximate"] = Source(origin.kind, f"{origin.detail}: activation {act!r} (transformers ACT2FN: "
+                                     f"{'the tanh approximation' if variant == 'tanh' else 'exact erf GELU'})")
+    return {"gelu_approximate": variant}
+
+
 def apply_script_gelu(fields: dict[str, object], script: str, flags: FlagValues, framework: str,
                       src: dict[str, Source]) -> dict[str, object]:
     """step_fusions' fields with `gelu_approximate`: Megatron's rule (megatron_gelu), or for a script that is no

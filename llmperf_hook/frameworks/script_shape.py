@@ -92,6 +92,13 @@ def script_model_type(flags: FlagValues, model: str | None) -> str:
     return str(_shape_source(flags, model)[0].get("model_type", ""))
 
 
+def script_hidden_act(flags: FlagValues, model: str | None) -> tuple[str, Source]:
+    """The activation a Hugging Face config names (hidden_act, GPT-2's activation_function, ...; "" for a preset, a
+    shape file, or a config without one: its class default) and where the config comes from."""
+    raw, origin = _shape_source(flags, model)
+    return str(raw.get("hidden_act", "")), origin
+
+
 def resolve_script_shape(flags: FlagValues, model: str | None, src: dict[str, Source], warnings: list[str]) -> ModelShape:
     raw, origin = _shape_source(flags, model)
     for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "vocab_size",

@@ -1,0 +1,130 @@
+"""Acceptance round 17 (H204): DeepSpeed, Hugging Face Trainer / accelerate and Megatron-DeepSpeed users' launch
+commands through `llmperf explain`, each checked against what the framework itself runs (its source cited per test)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.cli import run_cli
+
+NO_PRECISION = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                "zero_optimization": {"stage": 2}}
+"""A ds_config with neither an fp16 nor a bf16 section, as transformers' and DeepSpeedExamples' ZeRO configs often are."""
+
+ACCELERATE_TRAINER = ["accelerate", "launch", "--num_processes", "8", "--mixed_precision", "MIXED", "run_clm.py",
+                      "--model_name_or_path", "meta-llama/Llama-2-7b-hf", "--do_train", "--output_dir", "out",
+                      "--per_device_train_batch_size", "4", "--deepspeed", "ds.json"]
+"""transformers' run_clm.py under `accelerate launch --mixed_precision MIXED`, the Trainer given --deepspeed ds.json."""
+
+
+def _explain(folder: Path, config: dict, command: list[str], capsys, monkeypatch, model: str = "llama2-7b") -> tuple:
+    monkeypatch.chdir(folder)
+    (folder / "ds.json").write_text(json.dumps(config))
+    code, out, err = run_cli(["explain", "--format", "json", *(["--model", model] if model else []), "--", *command],
+                             capsys)
+    return code, (json.loads(out) if code == 0 else None), err
+
+
+def _accelerate_trainer(mixed: str, *flags: str) -> list[str]:
+    return [mixed if word == "MIXED" else word for word in ACCELERATE_TRAINER] + list(flags)
+
+
+@pytest.mark.parametrize(("mixed", "flags", "config", "precision"), [
+    ("bf16", [], NO_PRECISION, "bf16"), ("fp16", [], NO_PRECISION, "fp16"), ("fp8", [], NO_PRECISION, "bf16"),
+    ("no", [], NO_PRECISION, "fp32"), ("bf16", ["--fp16"], NO_PRECISION, "fp16"),
+    ("bf16", [], {**NO_PRECISION, "bf16": {"enabled": "auto"}}, "fp32")])
+def test_trainer_under_accelerate_mixed_precision(mixed: str, flags: list[str], config: dict, precision: str,
+                                                  tmp_path: Path, capsys, monkeypatch) -> None:
+    """TrainingArguments.__post_init__ keeps the launcher's ACCELERATE_MIXED_PRECISION unless --fp16 / --bf16 is given
+    (transformers training_args.py: `mixed_precision_dtype = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")`,
+    replaced only by self.fp16 / self.bf16), and AcceleratorState hands it to DeepSpeedPlugin.set_mixed_precision
+    (accelerate 16cb6eb8 state.py; utils/dataclasses.py), which adds {"bf16": {"enabled": true}} (bf16 or fp8; fp16
+    alike) to a config lacking that section, after the Trainer's fill_match has checked the file. A section already
+    there ("auto") was filled by the Trainer from --bf16 (False) first: fp32. llmperf priced every case fp32."""
+    code, got, err = _explain(tmp_path, config, _accelerate_trainer(mixed, *flags), capsys, monkeypatch)
+    assert code == 0, err
+    assert got["precision"] == precision
+    if precision != "fp32" and not flags:
+        assert "ACCELERATE_MIXED_PRECISION" in got["sources"]["precision"]
+
+
+def test_accelerate_mixed_precision_against_the_other_dtype_exits_2(tmp_path: Path, capsys, monkeypatch) -> None:
+    """set_mixed_precision raises ValueError "`--mixed_precision` arg cannot be set to `bf16` when `fp16` is set in
+    the DeepSpeed config file." (accelerate utils/dataclasses.py); llmperf refused it as 'enables both fp16 and bf16',
+    a file the user never wrote."""
+    command = ["accelerate", "launch", "--num_processes", "8", "--use_deepspeed", "--deepspeed_config_file", "ds.json",
+               "--mixed_precision", "bf16", "nlp_example.py"]
+    code, _, err = _explain(tmp_path, {**NO_PRECISION, "fp16": {"enabled": True}}, command, capsys, monkeypatch)
+    assert code == 2 and "cannot be set to `bf16` when `fp16` is set" in err, err
+
+
+MDS = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--tensor-model-parallel-size", "2",
+       "--pipeline-model-parallel-size", "2", "--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads",
+       "16", "--seq-length", "2048", "--max-position-embeddings", "2048", "--micro-batch-size", "4",
+       "--global-batch-size", "256", "--tokenizer-type", "GPT2BPETokenizer", "--deepspeed", "--deepspeed_config",
+       "ds.json", "--zero-stage", "1"]
+"""Megatron-DeepSpeed's examples_deepspeed GPT-3 1.3B-style run (TP 2, PipelineEngine PP 2, ZeRO-1)."""
+
+
+@pytest.mark.parametrize(("argv", "section", "precision"), [
+    ("--fp16", "bf16", "bf16"), ("--bf16", "fp16", "fp16"), ("--bf16", "bf16", "bf16"), ("", "bf16", "bf16")])
+def test_megatron_deepspeed_precision_is_the_ds_configs(argv: str, section: str, precision: str, tmp_path: Path,
+                                                        capsys, monkeypatch) -> None:
+    """Under --deepspeed Megatron-DeepSpeed's get_model returns the model before any Float16Module (megatron/
+    training.py: `if args.deepspeed: return model`) and deepspeed.initialize's engine casts its parameters to the
+    section the ds_config enables and builds that section's optimizer (deepspeed 0.19.8 runtime/engine.py
+    _configure_distributed_model). llmperf priced --fp16 with a bf16 ds_config as fp16; now bf16, with a warning."""
+    config = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 1},
+              section: {"enabled": True}}
+    code, got, err = _explain(tmp_path, config, MDS + ([argv] if argv else []), capsys, monkeypatch, model="")
+    assert code == 0, err
+    assert got["precision"] == precision
+    assert any(f"{argv} (argv) but ds.json enables {section}" in w for w in got["warnings"]) == (
+        bool(argv) and argv[2:] != section)
+
+
+MEGATRON = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--tensor-model-parallel-size", "2",
+            "--pipeline-model-parallel-size", "2", "--num-layers", "24", "--hidden-size", "2048",
+            "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
+            "--micro-batch-size", "4", "--global-batch-size", "256", "--bf16", "--vocab-size", "50257",
+            "--tokenizer-type", "NullTokenizer", "--mock-data"]
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--overlap-p2p-communication"], "unrecognized arguments"), (["--no-overlap-p2p-communication"], None),
+    (["--openai-gelu"], "Megatron-Core's MLP never reads it"), (["--onnx-safe", "False"], "--onnx-safe: accepted"),
+    (["--openai-gelu", "--use-legacy-models", "--ckpt-format", "torch"], "legacy ParallelMLP runs its own GELU")])
+def test_megatron_flags_core_does_not_run_are_warned(flags: list[str], says: str | None, capsys) -> None:
+    """core_v0.16.1's arguments.py defines only --no-overlap-p2p-communication (the overlap is the default since
+    4eeff55d1f, 2023-10; the old --overlap-p2p-communication is 'unrecognized'), and keeps --openai-gelu / --onnx-safe
+    (type=bool: 'False' is True) for the legacy models only (legacy/model/transformer.py ParallelMLP): both were
+    accepted in silence. Megatron-LM of 2023-05..10 and Megatron-DeepSpeed take the old spelling, so it warns."""
+    code, out, err = run_cli(["explain", "--format", "json", "--", *MEGATRON, *flags], capsys)
+    assert code == 0, err
+    warned = [w for w in json.loads(out)["warnings"] if says and says in w]
+    assert bool(warned) == bool(says), json.loads(out)["warnings"]
+
+
+@pytest.mark.parametrize(("act", "variant"), [
+    ("gelu", "none"), ("gelu_new", "tanh"), ("gelu_pytorch_tanh", "tanh"), ("gelu_fast", "tanh"), ("relu", None)])
+def test_hf_config_activation_picks_the_gelu(act: str, variant: str | None, tmp_path: Path, capsys,
+                                             monkeypatch) -> None:
+    """transformers' ACT2FN (activations.py): "gelu" is GELUActivation, nn.functional.gelu's exact erf form;
+    "gelu_new" / "gelu_fast" the tanh formula, "gelu_pytorch_tanh" F.gelu(approximate="tanh"). llmperf priced every
+    Hugging Face model's GELU as the tanh one (GPT-NeoX's "gelu" too); a non-GELU activation is warned of."""
+    (tmp_path / "neox").mkdir()
+    (tmp_path / "neox" / "config.json").write_text(json.dumps({
+        "model_type": "gpt_neox", "hidden_act": act, "hidden_size": 2048, "num_attention_heads": 16,
+        "num_hidden_layers": 24, "intermediate_size": 8192, "max_position_embeddings": 2048, "vocab_size": 50304}))
+    command = ["deepspeed", "--num_gpus", "8", "run_clm.py", "--model_name_or_path", "neox", "--do_train",
+               "--output_dir", "out", "--per_device_train_batch_size", "4", "--deepspeed", "ds.json", "--bf16",
+               "--block_size", "2048"]
+    code, got, err = _explain(tmp_path, NO_PRECISION, command, capsys, monkeypatch, model="")
+    assert code == 0, err
+    assert got.get("gelu_approximate", "tanh") == (variant or "tanh")
+    assert any(f"activation {act!r} is not modelled" in w for w in got["warnings"]) == (variant is None)
+    if variant:
+        assert f"activation {act!r}" in got["sources"]["gelu_approximate"]
