@@ -38,7 +38,7 @@ from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_arithmetic_commands import (ASSIGNED, arithmetic_expressions, arithmetic_status,
                                                            forget_assigned, run_arithmetic)
-from llmperf_hook.launch.shell_associative import assign_element, forget
+from llmperf_hook.launch.shell_associative import assign_element, forget, present
 from llmperf_hook.launch.shell_blocks import BlockReading
 from llmperf_hook.launch.shell_functions import Definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
@@ -273,8 +273,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 self.assign_array(text)):
             return False
         name = ARRAY_ASSIGN.match(text).group(1)  # type: ignore[union-attr]
+        held = "".join(present(self.arrays.get(name, [])))
         if self.conditions.uncertain() or self.conditions.undecided or \
-                re.search(r"[$`*?\[]", "".join(self.arrays.get(name, []))):  # `[ -f cfg ] && A=(z)` may not run
+                re.search(r"[$`*?\[]", held):  # `[ -f cfg ] && A=(z)` may not run
             self.loose_arrays.add(name)
         elif not ARRAY_ASSIGN.match(text).group(2):  # type: ignore[union-attr]
             self.loose_arrays.discard(name)

@@ -24,6 +24,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import ENV_REF, in_command_substitution
 from llmperf_hook.launch.braced_blanks import unmark_braces
 from llmperf_hook.launch.shell_arithmetic import arithmetic
+from llmperf_hook.launch.shell_associative import present
 from llmperf_hook.launch.shell_parameters import OPERATOR
 from llmperf_hook.launch.shell_script import without_comment
 
@@ -145,9 +146,11 @@ _ELEMENT = re.compile(r"\$\{(#?)([A-Za-z_]\w*)\[((?:[^\[\]{}$]|\$\{[^{}]*\}|\$\(
 behind `#` or an operator (`${#A[i]}`, `${A[i]:-x}`: only the variables its subscript reads count there), and `$!` /
 `${!}`: what set -u also checks."""
 _SUBSCRIPT_NAME = re.compile(r"\$\{?([A-Za-z_]\w*)\}?|([A-Za-z_]\w*)")
-_SUBSCRIPT_REF = re.compile(r"\$\{#([A-Za-z_]\w*)\[[@*]\]\}|\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)|\$\{?[0-9#@*?!$-]")
+_SUBSCRIPT_REF = re.compile(r"\$\{#([A-Za-z_]\w*)\[[@*]\]\}|\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)"
+                            r"|\$(?:([0-9])|\{([0-9]+)\})|\$\{?[0-9#@*?!$-]")
 """What an indexed array's subscript expands before its arithmetic (bash manual 6.7: 'subscript is treated as an
-arithmetic expression'): `${#A[@]}`, `${i}`, `$i`; anything else (`$1`, `${i:-0}`) is not followed here."""
+arithmetic expression'): `${#A[@]}`, `${i}`, `$i`, the script's argument `$1` / `${10}`; anything else (`${i:-0}`,
+`$#`) is not followed here."""
 
 
 def unset_element(text: str, reading: Any) -> tuple[str, str] | None:
@@ -187,8 +190,9 @@ def _unset_element(reading: Any, name: str, key: str) -> bool:
     if not re.fullmatch(r"-?\d+", key):
         return False
     index = int(key)
-    if name in reading.arrays:
-        return not -len(reading.arrays[name]) <= index < len(reading.arrays[name])
+    if name in reading.arrays:  # a sparse array's slot may be unset too (`unset 'A[1]'`, `A=([5]=x)`)
+        slots = reading.arrays[name]
+        return not -len(slots) <= index < len(slots) or slots[index] is None
     if name in reading.env:
         return index > 0  # a plain variable is element 0 of itself
     return name not in reading.written or name in reading.surely_unset() & reading.removed_surely
@@ -208,6 +212,8 @@ def _subscript(reading: Any, subscript: str, associative: bool) -> str | None:
     text = _SUBSCRIPT_REF.sub(lambda m: _reference(reading, m), re.sub(r"\$\(\(([^()]*)\)\)", r"(\1)", subscript))
     if "\0" in text:
         return None
+    if "\1" in text:  # `${A[$1+1]}` without a first argument: '$1: unbound variable'
+        return "$$" + text.split("\1", 2)[1]
     for variable in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", text)):
         value = _variable(reading, variable)
         if value is None or value.startswith("$"):
@@ -218,10 +224,14 @@ def _subscript(reading: Any, subscript: str, associative: bool) -> str | None:
 
 def _reference(reading: Any, found: re.Match[str]) -> str:
     """One `$...` of an indexed array's subscript as text for its arithmetic; NUL where it is not followed here."""
-    counted, braced, plain = found.groups()
+    counted, braced, plain, digit, digits = found.groups()
     if counted:
         elements = reading.arrays.get(counted)
-        return str(len(elements)) if elements is not None and counted not in reading.unknown_heads else "\0"
+        return str(len(present(elements))) if elements is not None and counted not in reading.unknown_heads else "\0"
+    number = digit or digits
+    if number is not None and number != "0":  # the script's (or function's) argument, in parentheses as bash
+        given = int(number) <= int(reading.positional.get("#", "0"))  # puts its text into the arithmetic
+        return f"({reading.positional.get(number, '')})" if given else f"\1{number}\1"
     return braced or plain or "\0"  # `$i` reads i as a bare `i` does
 
 
@@ -243,6 +253,7 @@ def stop_on_unset_element(text: str, reading: Any, at: str) -> None:
         return
     found, name = unbound
     fix = ("start the command whose process id it means with `&` before it, or write `${!:-}`" if "!" in name else
+           f"give the script its argument {name[1:]} after its path" if name[1:].isdigit() else
            f"give {name} a value before that line, or a default (`${{{name}:-...}}`)")
     raise UsageError(f"{at}: `{found}` expands {name}, which is not set, while `set -u` (nounset) is on, so bash "
                      f"prints '{name}: unbound variable' and ends the script there, before its launch (bash manual "
@@ -260,7 +271,13 @@ def bare_names(text: str) -> set[str]:
     `declare X` / `local X` / `export X` / `unset X` with no value are followed by the reading (X stays, or becomes,
     unset): their names do not count."""
     code = (without_comment(line) for line in text.splitlines())
-    return set(_BARE_NAME.findall("\n".join(line for line in code if not _ASSIGNS_NOTHING.match(line))))
+    kept = "\n".join(line for line in code if not _ASSIGNS_NOTHING.match(line))
+    return set(_BARE_NAME.findall(_READ_SUBSCRIPT.sub("[", kept) if "[" in kept else kept))
+
+
+_READ_SUBSCRIPT = re.compile(r"(?<=\$\{)([#!]?[A-Za-z_]\w*)\[(?:[^\]=+\-{}]|[+-](?![+-]))*\]")
+"""`${A[j]}`, `${#A[i+1]}`: an element whose subscript only reads its names (bash manual 6.7: arithmetic without `=`,
+`++` or `--`), so they count as no write (set -u stops at an unset j there)."""
 
 
 _ASSIGNS_NOTHING = re.compile(r"\s*(?:echo\s[^;&|`$]*(?:\$(?!\()[^;&|`$]*)*|"

@@ -17,7 +17,7 @@ from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.brace_expansion import brace_expand
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
 from llmperf_hook.launch.shell_associative import (ASSOCIATIVE_DECLARE, assign_pairs, associative_values,
-                                                   expand_items, forget)
+                                                   expand_items, forget, index_of, placed, placed_at, present)
 from llmperf_hook.launch.shell_conditions import ASSIGNMENT_WORD
 from llmperf_hook.launch.shell_positional import expand_positional
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars,
@@ -227,7 +227,11 @@ class ShellVariables:
             self.unknown_heads.discard(name)
             self.undecidable.discard(name)
         held = self.arrays.get(name, [self.env[name]] if name in self.env else [])  # `X=a; X+=(b)`: (a b)
-        self.arrays[name] = (held if match.group(2) else []) + elements
+        slots = placed(self, list(held) if match.group(2) else [], elements)
+        if slots is None:  # `A=([$k]=x)`: an index only running the script tells
+            forget(self, name)
+        else:
+            self.arrays[name] = slots
         return True
 
     def word_value(self, name: str) -> str | None:
@@ -278,13 +282,15 @@ class ShellVariables:
         unknown_heads stays followed by the elements appended since."""
         def words(found: re.Match[str]) -> str:
             quoted, name, subscript, offset, length = found.groups()
-            elements = self.array_or_scalar(name)
-            if elements is None or (name in self.unknown_heads and (offset is not None or quoted and subscript == "*")):
-                return found.group(0)
-            if offset is not None:
-                start = int(offset) + len(elements) if int(offset) < 0 else int(offset)
-                elements = elements[max(start, 0):] if int(offset) >= -len(elements) else []
-                elements = elements[:int(length)] if length is not None else elements
+            slots = self.array_slots(name)
+            unknown_head = name in self.unknown_heads and (offset is not None or quoted and subscript == "*")
+            if slots is None or unknown_head or (offset is not None and name in self.assoc):  # "Substring expansion
+                return found.group(0)  # applied to an associative array produces undefined results" (manual 3.5.3)
+            if offset is not None:  # by index (6.7: a sparse array's slice starts at the first element set there)
+                start = int(offset) + len(slots) if int(offset) < 0 else int(offset)
+                slots = slots[max(start, 0):] if int(offset) >= -len(slots) else []
+            elements = present(slots)
+            elements = elements[:int(length)] if length is not None else elements
             if not quoted:
                 known = shlex.join([field for element in elements for field in element.split()])
             else:
@@ -293,11 +299,12 @@ class ShellVariables:
 
         def indices(found: re.Match[str]) -> str:  # `"${!NAME[@]}"`: each index a word (bash manual 6.7)
             quoted, name, subscript = found.groups()
-            elements = self.array_or_scalar(name)
+            slots = self.array_slots(name)
             keys = associative_values(self, name, keys=True) if name in self.assoc else None
-            if elements is None or name in self.unknown_heads:
+            if slots is None or name in self.unknown_heads:
                 return found.group(0)
-            listed = " ".join(keys if keys is not None else map(str, range(len(elements))))
+            listed = " ".join(keys if keys is not None else
+                              (str(k) for k, slot in enumerate(slots) if slot is not None))
             return shlex.quote(listed) if quoted and subscript == "*" else listed
 
         text = _ARRAY_INDICES.sub(indices, expand_items(self, text)) if "${!" in text else expand_items(self, text)
@@ -326,10 +333,16 @@ class ShellVariables:
         the script never set (no environment passes an array, bash manual 3.7.4, so `"${EXTRA[@]}"` after an `if`
         that did not set EXTRA gives no word); None (left as written) for a value only running the script tells, or
         one of bash's own arrays (BASH_*, FUNCNAME, PIPESTATUS ...)."""
+        slots = self.array_slots(name)
+        return present(slots) if slots is not None and name not in self.assoc else slots
+
+    def array_slots(self, name: str) -> list[str | None] | None:
+        """As array_or_scalar, but an indexed array's elements by index, None where none is set (`A=([0]=a [5]=b)`,
+        `unset 'A[1]'`: bash's arrays are sparse, manual 6.7), for what reads them by index."""
         if name in self.arrays:
-            return self.arrays[name]
+            return self.arrays[name]  # type: ignore[return-value]
         if name in self.assoc:
-            return associative_values(self, name, keys=False)
+            return associative_values(self, name, keys=False)  # type: ignore[return-value]
         if name in self.undecidable or name in _SHELL_ARRAYS or name.startswith("BASH"):
             return None
         return [self.env[name]] if name in self.env else []
@@ -340,17 +353,17 @@ class ShellVariables:
         count, name, subscript = found.groups()
         if count and name in self.assoc:  # `${#M[@]}`: its number of keys
             return str(len(self.assoc[name]))
-        elements = self.array_or_scalar(name)
+        elements = self.array_slots(name)
         index = int(subscript) if subscript not in "@*" else None
-        if index is not None and index < 0:  # `${L[-1]}`: counted from the end; before the start bash stops on a
-            index = index + len(elements) if elements is not None and index + len(elements) >= 0 else None  # "bad
-            if index is None:  # array subscript"
+        if index is not None and index < 0:  # `${L[-1]}`: counted from one past the highest index; before the start
+            index = index + len(elements) if elements is not None and index + len(elements) >= 0 else None  # bash
+            if index is None:  # stops on a "bad array subscript"
                 return found.group(0)
         if elements is None or name in self.unknown_heads or (not count and index is None):
             return found.group(0)
         if index is None:
-            return str(len(elements))
-        element = elements[index] if index < len(elements) else ""
+            return str(len(present(elements)))
+        element = (elements[index] if index < len(elements) else None) or ""
         if count:
             return str(len(element))
         return element if re.fullmatch(r"[\w.,:/@%+=-]*", element) else found.group(0)  # quoting depends on the word
@@ -479,15 +492,16 @@ class ShellVariables:
         return name in self.env or name in self.undecidable or name in self.arrays or name in self.assoc
 
     def unset_element(self, name: str, subscript: str) -> None:
-        """`unset 'NAME[SUBSCRIPT]'`: that element gone (bash manual 6.7). An associative array's literal key, or an
-        indexed array's last element, is followed; any other leaves a sparse array (or a key llmperf cannot expand),
-        which the reading does not keep: NAME becomes unknown (`unset 'A[0]'` of `(x y)` leaves `${A[@]}` y)."""
+        """`unset 'NAME[SUBSCRIPT]'`: that element gone (bash manual 6.7), the others keeping their indices (`unset
+        'A[1]'` of `(a b c)` leaves `${!A[@]}` 0 2). An associative array's literal key, or an indexed array's
+        subscript llmperf evaluates, is followed; any other leaves NAME unknown."""
         elements = self.arrays.get(name)
+        index = index_of(self, subscript) if elements is not None else None
         if name in self.assoc and "$" not in subscript:
             self.assoc[name].pop(subscript.strip("'\""), None)
-        elif elements is not None and name not in self.unknown_heads and subscript.strip() in (str(len(elements) - 1),
-                                                                                                 "-1") and elements:
-            self.arrays[name] = elements[:-1]
+        elif elements is not None and name not in self.unknown_heads and index is not None:
+            at = index + len(elements) if index < 0 else index  # `unset 'A[-1]'`: the highest index
+            self.arrays[name] = placed_at(elements, at, None) if 0 <= at else elements  # type: ignore[assignment]
         elif elements is None and name not in self.assoc and subscript.strip() == "0":  # a plain variable's element 0
             self.env.pop(name, None)
             self.undecidable.discard(name)
@@ -503,7 +517,7 @@ class ShellVariables:
             return heredoc.body
         quoted = {"$": LITERAL_DOLLAR, "\n": ""}
         text = _HEREDOC_ESCAPE.sub(lambda m: quoted.get(m.group(1), m.group(1)), heredoc.body)
-        text = _HEREDOC_ARRAY.sub(lambda m: " ".join(self.arrays[m.group(1)]) if m.group(1) in self.arrays
+        text = _HEREDOC_ARRAY.sub(lambda m: " ".join(present(self.arrays[m.group(1)])) if m.group(1) in self.arrays
                                   else m.group(0), text)
         text = ARITH.sub(lambda m: arithmetic(self.expand(m.group(1)), self.env), text)
         return self.expand(text, assign=False)  # bash expands it in the process it forks for the command (bash 5:

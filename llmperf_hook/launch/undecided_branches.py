@@ -20,7 +20,7 @@ import re
 import shlex
 from typing import AbstractSet, Any
 
-from llmperf_hook.launch.shell_associative import forget
+from llmperf_hook.launch.shell_associative import forget, placed
 from llmperf_hook.launch.shell_conditions import Conditions
 from llmperf_hook.launch.shell_functions import Definition
 from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, ScriptLine
@@ -39,6 +39,7 @@ _FLAG = re.compile(r"--?[A-Za-z][\w-]*")
 """An option word with no value of its own (`--bf16`; not `--lr=1e-4`)."""
 Branches = tuple[tuple[str | None, str], ...]
 """Each branch's value of a variable (None: unknown) and where it set it, in reading order."""
+_SLOT = re.compile(r"\[\d+\]=")
 BRANCH_WORD = re.compile(r"\s*(?:then|elif|else)\b")
 """A command that opens a branch (`else TP=4`): its assignments belong to the branch it opens."""
 
@@ -67,8 +68,10 @@ def note_array_assigned(conditions: Conditions, text: str, arrays: dict[str, lis
     kept as a variable's value is (its elements as shell words). Not an append (`NAME+=( ... )`): the precision flags
     two branches append both stay, for frameworks/megatron_undecided_precision."""
     match = ARRAY_ASSIGN.match(text)
-    if match and not match.group(2) and match.group(1) in arrays:
-        conditions.note_assigned(match.group(1), shlex.join(arrays[match.group(1)]), where)
+    slots = arrays.get(match.group(1)) if match and not match.group(2) else None
+    if slots is not None:  # a sparse array (`A=([5]=x)`) as the words that assign it
+        words = [f"[{k}]={slot}" for k, slot in enumerate(slots) if slot is not None] if None in slots else slots
+        conditions.note_assigned(match.group(1), shlex.join(words), where)  # type: ignore[arg-type]
 
 
 def start_branches(conditions: Conditions, reading: Any) -> None:
@@ -140,7 +143,9 @@ def _settle(reading: Any, name: str, branches: Branches, array: bool) -> None:
     values = {value for value, _ in branches}
     if len(values) == 1 and None not in values:  # every way past the `fi` gives it the same value
         if array:
-            reading.arrays[name] = shlex.split(next(iter(values)))  # type: ignore[arg-type]
+            words = shlex.split(next(iter(values)))  # type: ignore[arg-type]
+            sparse = bool(words) and all(_SLOT.match(word) for word in words)  # note_array_assigned's `[5]=x`
+            reading.arrays[name] = placed(reading, [], words) if sparse else words  # type: ignore[assignment]
         else:
             reading.env[name] = next(iter(values))
         reading.undecidable.discard(name)

@@ -1,0 +1,94 @@
+"""H205: the shell reader's bash arrays, IFS and set -u, each against bash 5.2 itself (`_same_as_bash`: the script runs
+in the real bash with stub launchers; where bash launches, llmperf reads the same launch, where bash stops, llmperf
+refuses): sparse indexed arrays, associative arrays in bash's own order, set -u on array subscripts in the launch
+line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.launch.shell_associative import hash_order
+from tests.launch.test_front_end_h197 import _same_as_bash
+
+T = "torchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2"
+
+SPARSE = {  # bash manual 6.7 Arrays: indexed arrays are sparse; `[N]=value` words, `NAME[N]=value`, `unset 'NAME[N]'`
+    "indexed_words": f"A=([0]=a [5]=b)\n{T} --xx ${{A[5]}} --cnt ${{#A[@]}} --keys ${{!A[@]}}\n",
+    "element_past_the_end": f"A=(a b)\nA[5]=x\n{T} --xx ${{A[5]}} --cnt ${{#A[@]}} --keys ${{!A[@]}} "
+                            "--vals ${A[@]}\n",
+    "slice_by_index": f"A=([0]=a [5]=b [7]=c [9]=d)\n{T} --sl \"${{A[@]:1:2}}\" --tl ${{A[@]:6}}\n",
+    "negative_slice": f"A=([0]=a [5]=b [7]=c)\n{T} --xx ${{A[@]: -3}} --yy ${{A[@]: -1:1}}\n",
+    "plain_words_after_an_index": f"A=(a [4]=b c)\n{T} --sl ${{A[5]}} --keys ${{!A[@]}}\n",
+    "unset_element": f"A=(a b c)\nunset 'A[1]'\n{T} --sl ${{A[@]}} --cnt ${{#A[@]}} --keys ${{!A[@]}}\n",
+    "unset_element_unquoted": f"A=(a b c)\nunset A[1]\n{T} --sl ${{A[@]}} --cnt ${{#A[@]}} --keys ${{!A[*]}}\n",
+    "unset_arithmetic_element": f"A=(a b c d)\ni=1\nunset 'A[i+1]'\n{T} --keys ${{!A[@]}}\n",
+    "unset_last_then_append": f"A=(a b c)\nunset 'A[-1]'\nA+=(z)\n{T} --keys ${{!A[@]}} --vals ${{A[@]}}\n",
+    "unset_first": f"A=(x y)\nunset 'A[0]'\n{T} \"${{A[@]}}\" --xx ${{A[1]}}\n",
+    "negative_subscript": f"A=([0]=a [5]=b)\n{T} --xx ${{A[-1]}}\n",
+    "element_length": f"A=([3]=abc)\n{T} --xx ${{#A[3]}}\n",
+    "loop_over_the_indices": f"A=([2]=a [5]=b)\nfor i in \"${{!A[@]}}\"; do X+=\"$i-${{A[$i]}},\"; done\n{T} --xx $X\n",
+    "append_after_the_highest": f"A=([2]=a)\nA+=(b)\n{T} --keys ${{!A[@]}} --vals ${{A[@]}}\n",
+    "declare_a": f"declare -a A=([1]=x [3]=y)\n{T} --keys ${{!A[@]}} --vals ${{A[3]}}\n",
+    "arithmetic_element_assigned": f"i=2\nA[i+1]=z\n{T} --keys ${{!A[@]}} --xx ${{A[3]}}\n",
+    "star_joined": f"A=([2]=a [4]=b)\n{T} --vals \"${{A[*]}}\"\n",
+    "subshell_leaves_it": f"A=(a b)\n(A[5]=x)\n{T} --vals ${{A[@]}}\n",
+    "both_branches_alike": f"if [ -f cfg ]; then A=([3]=x); else A=([3]=x); fi\n{T} --vals ${{A[@]}} "
+                           "--keys ${!A[@]}\n",
+    "nounset_unset_element": f"set -u\nA=(a b c)\nunset 'A[1]'\n{T} --sl ${{A[1]}}\n",
+    "nounset_other_elements_stay": f"set -u\nA=(a b c)\nunset 'A[0]'\n{T} --vals ${{A[@]}} --xx ${{A[2]}}\n",
+    "nounset_sparse_gap": f"set -u\nA=([0]=a [5]=b)\n{T} --xx ${{A[3]}}\n",
+}
+
+
+@pytest.mark.parametrize("name", SPARSE)
+def test_sparse_indexed_arrays(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read before as dense lists: `${A[5]}` of `([0]=a [5]=b)` empty, `${!A[@]}` 0 1, `A[5]=x` and `unset 'A[1]'`
+    left the array unknown (its expansions stayed as written in the launch)."""
+    _same_as_bash(SPARSE[name], [], tmp_path, monkeypatch)
+
+
+ASSOCIATIVE = {  # bash manual 6.7 (`declare -A`); the order of `${M[@]}` is bash's hash table's (hashlib.c)
+    "literal": f"declare -A M=([tp]=2 [pp]=4 [dp]=8)\n{T} --vals ${{M[@]}} --keys ${{!M[@]}} --cnt ${{#M[@]}}\n",
+    "assigned_by_key": f"declare -A M\nM[small]=2\nM[big]=4\nM[a]=1\n{T} --vals ${{M[@]}} --keys ${{!M[@]}}\n",
+    "starred": f"declare -A M=([tp]=2 [pp]=4 [dp]=1)\n{T} --vals \"${{M[*]}}\" --keys \"${{!M[*]}}\"\n",
+    "loop_over_the_keys": (f"declare -A M\nM[tensor-model-parallel-size]=2\nM[pipeline-model-parallel-size]=2\n"
+                           f"M[micro-batch-size]=1\nfor k in \"${{!M[@]}}\"; do A+=(\"--$k\" \"${{M[$k]}}\"); done\n"
+                           f"{T} \"${{A[@]}}\"\n"),
+    "unset_and_set_again": f"declare -A M=([tp]=2 [pp]=4 [ep]=1)\nunset 'M[tp]'\nM[tp]=8\n{T} --vals ${{M[@]}}\n",
+    "key_from_a_variable": f"declare -A M=([tp]=2 [pp]=4)\nk=tp\n{T} --xx ${{M[$k]}} --yy ${{M[pp]}}\n",
+    "nounset_missing_key": f"set -u\ndeclare -A M=([tp]=2)\n{T} --pp ${{M[pp]}}\n",
+}
+
+
+@pytest.mark.parametrize("name", ASSOCIATIVE)
+def test_associative_arrays(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`${M[@]}` / `${!M[@]}` of more than one key were left as written (their order was not known)."""
+    _same_as_bash(ASSOCIATIVE[name], [], tmp_path, monkeypatch)
+
+
+def test_the_hash_order_is_bash_s() -> None:
+    """hashlib.c's FNV-1 buckets, newest first within one: `small a big` as bash 5.2 lists it; two keys of one bucket
+    (`tp`, `ep` do not collide, but any later key of a bucket comes first) keep that order."""
+    assert hash_order({"small": "2", "big": "4", "a": "1"}) == ["small", "a", "big"]
+    assert hash_order({"tp": "", "pp": "", "dp": ""}) == ["dp", "pp", "tp"]
+
+
+NOUNSET_SUBSCRIPTS = {  # bash manual 4.3.1 `-u`, 6.7 (the subscript is arithmetic: `$1` expands first)
+    "unset_name_in_the_launch_line": f"set -u\nA=(a b)\n{T} --xx ${{A[j]}}\n",
+    "set_name_in_the_launch_line": f"set -u\nA=(a b)\nj=1\n{T} --xx ${{A[j]}}\n",
+    "unset_name_unset_before": f"set -u\nA=(a b)\nj=0\nunset j\n{T} --xx ${{A[j]}}\n",
+    "argument_past_the_end": f"set -u\nA=(a b)\n{T} --xx ${{A[$1+1]}}\n",
+    "argument_in_a_command": f"set -u\nA=(a b)\nX=${{A[$1+1]}}\n{T} --xx $X\n",
+    "argument_in_a_function": f"set -u\nA=(a b)\nf() {{ {T} --xx ${{A[$1]}}; }}\nf \"$@\"\n",
+    "argument_without_nounset": f"A=(a b c)\n{T} --xx ${{A[$1+1]}} --yy ${{A[$1]}}\n",
+}
+
+
+@pytest.mark.parametrize("args", [[], ["0"], ["1"], ["5"]], ids=["none", "0", "1", "5"])
+@pytest.mark.parametrize("name", NOUNSET_SUBSCRIPTS)
+def test_nounset_array_subscripts(name: str, args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`${A[j]}` in the launch line was priced as the text `${A[j]}` (j appeared bare there, so it counted as written);
+    `${A[$1+1]}` was not followed under set -u."""
+    _same_as_bash(NOUNSET_SUBSCRIPTS[name], args, tmp_path, monkeypatch)
