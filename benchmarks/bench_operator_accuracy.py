@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/bench_operator_accuracy.py [--data ../shared/data/op-samples] [--train-fraction 0.25]
         [--design random|maximin|mixed|config|adaptive|adaptive-maximin] [--inner] [--seed 0] [--random-only]
+        [--groups gemm attention ...] [--hardware a100-sxm4-80gb ...]
 
 For every GPU, operator file and direction: MAPE on (a) a random 20 % test split and (b) an extrapolation split
 (test = the samples at the largest hidden size or sequence length; train on the others), each trained on at
@@ -81,6 +82,8 @@ those keys). A100 GEMM fwd linear1..4, final, seed 0: 3.20 / 2.62 / 3.08 / 2.67 
 to each line's rows instead (systematic sample), seed 0: 3.14 / 2.52 / 2.89 / 2.75 / 3.53 %, 6.98 %.
 `--seed`: the draws' seed (0 = the figures above); `--random-only`: only the random split, no extrapolation
 split and no rerun of the misses (the figures above; each group draws from its own generator of that seed).
+`--groups` / `--hardware`: only these fit groups (shipped.FIT_GROUPS) / shipped GPUs, to explore a change on the
+rows it is about; each group draws from its own generator, so a subset prints exactly the figures of the full run.
 """
 
 from __future__ import annotations
@@ -324,16 +327,20 @@ def main() -> None:
     ap.add_argument("--inner", action="store_true",
                     help="also print the inner-CV MAPE (INNER_SHARE of each training split held out, test rows "
                          "unused): judge changes to the fitting recipe on it, never on the test columns")
+    ap.add_argument("--groups", nargs="+", choices=tuple(FIT_GROUPS), default=tuple(FIT_GROUPS),
+                    help="only these fit groups (default: all)")
+    ap.add_argument("--hardware", nargs="+", choices=tuple(SHIPPED), default=tuple(SHIPPED),
+                    help="only these shipped GPUs (default: all)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     summary = []
-    for hw in SHIPPED.values():
+    for hw in (SHIPPED[name] for name in args.hardware):
         ref = read_reference_errors(args.data / hw.folder / "operator")
         print(f"\n== {hw.name} ({hw.folder}) — train on <= {args.train_fraction:.0%} of each group's samples "
               f"({args.design} training rows)")
         print(f"{'group':18s} {'file':32s} {'dir':4s} {'random20':>8s} {'extrap':>8s} {'ref':>8s} {'repeat':>7s} "
               f"{'floor':>7s} {'train':>6s} " + (f"{'inner':>7s} " if args.inner else "") + " verdict")
-        for group in FIT_GROUPS:
+        for group in (g for g in FIT_GROUPS if g in args.groups):
             for phase, sets in sorted(load_group(args.data, hw, group).items()):
                 for row in bench_group(hw, sets, args.train_fraction, ref, np.random.default_rng(args.seed),
                                        args.design, extrap=not args.random_only, inner=args.inner):
