@@ -227,16 +227,23 @@ CPU_DESCRIPTION_MARK = "--device cpu"
 run`'s cpu-local (hardware/local_cpu.py) wrote before they wrote the device key."""
 
 
+DEVICE_NAMES = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu"}
+"""The YAML's device values: gpu or cpu, and cuda for a GPU as torch names the device type (torch.device("cuda"), which
+ROCm builds use for AMD GPUs too) and `llmperf profile --device cuda|cpu` takes it. torch has no "gpu" device type; it
+is llmperf's own word (HardwareSpec.device)."""
+
+
 def hardware_device_of(raw: Mapping[str, Any], where: str) -> str:
-    """The YAML's device ("gpu" | "cpu"); absent: "cpu" for a file whose description carries CPU_DESCRIPTION_MARK,
-    else "gpu" (every shipped preset)."""
+    """The YAML's device ("gpu" | "cpu"; DEVICE_NAMES); absent: "cpu" for a file whose description carries
+    CPU_DESCRIPTION_MARK, else "gpu" (every shipped preset)."""
     if "device" not in raw:
         return "cpu" if CPU_DESCRIPTION_MARK in str(raw.get("description", "")) else "gpu"
     value = str(raw["device"]).strip().lower()
-    if value not in ("gpu", "cpu"):
-        raise UsageError(f"{where}: device must be gpu or cpu, found {raw['device']!r}. Fix the value (cpu: each rank "
-                         "runs on the host's CPU and the ranks of a host share its RAM), or remove it for a GPU.")
-    return value
+    if value not in DEVICE_NAMES:
+        raise UsageError(f"{where}: device must be gpu or cpu (cuda is read as gpu), found {raw['device']!r}. Fix "
+                         "the value (cpu: each rank runs on the host's CPU and the ranks of a host share its RAM), or "
+                         "remove it for a GPU.")
+    return DEVICE_NAMES[value]
 
 
 def _count(raw: Mapping[str, Any], key: str, where: str) -> int:

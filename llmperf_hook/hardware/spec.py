@@ -43,7 +43,7 @@ class HardwareSpec:
     device: str = "gpu"
     """"gpu", or "cpu" where each rank runs on the host's CPU (DeepSpeed's CPU accelerator, gloo): a rank's memory is
     then its process's resident memory and the ranks of a host share its RAM (schedule/memory_cpu.py). The YAML's
-    device key; absent, a file `llmperf profile --device cpu` (or `llmperf run`'s cpu-local) wrote is a CPU by its
+    device key (cuda, torch's name, is read as gpu: hardware/load.py DEVICE_NAMES); absent, a file `llmperf profile --device cpu` (or `llmperf run`'s cpu-local) wrote is a CPU by its
     description, as refine/refine_run.hardware_device reads it (hardware/load.py hardware_device_of)."""
 
     def peak_for(self, dtype: str) -> float:

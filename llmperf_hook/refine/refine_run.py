@@ -339,10 +339,8 @@ def device_mismatch(device: str, key: CalibrationKey | None, hardware_option: st
 
 def hardware_device(name: str) -> str | None:
     """'cpu' or 'cuda' for a hardware name: its fitted profile's fingerprint (a CPU clock, or a GPU's SM count),
-    else its hardware file (shipped presets are GPUs; `llmperf profile --device cpu` writes so in the
-    description); None when nothing says."""
+    else its hardware file read as predict reads it (_hardware_file_device); None when nothing says."""
     from llmperf_hook.predict.fitted import profile_dirs
-    from llmperf_hook.resources import configs_dir, llmperf_home
 
     for directory in profile_dirs(name):
         try:
@@ -353,13 +351,25 @@ def hardware_device(name: str) -> str | None:
             return "cpu"
         if "num_sms" in fingerprint or str(fingerprint.get("device", "")).upper().startswith("NVIDIA"):
             return "cuda"
-    user_yaml = llmperf_home() / "hardware" / f"{name.lower()}.yaml"
-    try:
-        if "--device cpu" in user_yaml.read_text(errors="replace"):
-            return "cpu"
-    except OSError:
-        pass
-    return "cuda" if (configs_dir() / "hardware" / f"{name.lower()}.yaml").is_file() else None
+    return _hardware_file_device(name)
+
+
+def _hardware_file_device(name: str) -> str | None:
+    """The hardware file's device as predict takes it (hardware/load.py hardware_device_of: the `device` key, else
+    `llmperf profile --device cpu`'s mark in the description, else a GPU), found where predict looks (find_config_file:
+    $LLMPERF_HOME/hardware, then the shipped presets); None without a readable file."""
+    import yaml
+
+    from llmperf_hook.hardware.load import SAFE_LOADER, find_config_file, hardware_device_of
+
+    for candidate in dict.fromkeys((name, name.lower())):
+        try:
+            path = find_config_file("hardware", candidate)
+            raw = yaml.load(path.read_text(errors="replace"), Loader=SAFE_LOADER)
+            return "cpu" if hardware_device_of(raw, str(path)) == "cpu" else "cuda"
+        except (UsageError, OSError, yaml.YAMLError, AttributeError, TypeError):
+            continue
+    return None
 
 
 def _completeness_notes(job: JobSteps) -> list[str]:
