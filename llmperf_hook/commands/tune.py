@@ -360,7 +360,7 @@ def _header(cfg: Any, spec: Any, space_source: str, elapsed_s: float, parsed: An
            f"{cfg.world_size} GPUs, global batch {cfg.batch.global_batch_size}")  # the form tests parse: kept
     return {"job": job, "framework": cfg.framework, **({"elastic": elastic} if elastic else {}),
             "cluster": f"{spec.name} ({spec.gpu.name})", "space": space_source, "elapsed_s": elapsed_s,
-            "capacity_bytes": spec.gpu.memory_capacity_bytes,
+            "capacity_bytes": spec.gpu.memory_capacity_bytes, "device": spec.gpu.device,
             "host_capacity_bytes": spec.host_memory_bytes, "host_offload": host_offloads(cfg)}
 
 

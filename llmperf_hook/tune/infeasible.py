@@ -8,7 +8,7 @@ _layers_that_fit), or that not even one chunk fits, or that it is not known.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from llmperf_hook.schedule.memory_rule import fits_gpu
 from llmperf_hook.tune.elastic import elastic_pruned_sentence, starting_nothing_sentence
@@ -139,14 +139,27 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any], elastic_se
                f"{near.host_bytes / GiB:,.0f} GiB of host RAM per node, {(near.host_bytes / GiB - host_gib):,.0f} GiB over "
                f"{header['cluster']}'s {host_gib:,.0f} GiB (its host_memory_GiB).")
     else:
+        per = "per host (its ranks' resident memory together)" if _on_cpu(header) else "per GPU"
         msg = (f"{lead}: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
-               f"{near.must_fit_bytes / GiB:.1f} GiB per GPU, {near.must_fit_bytes / GiB - usable:.1f} GiB over the "
+               f"{near.must_fit_bytes / GiB:.1f} GiB {per}, {near.must_fit_bytes / GiB - usable:.1f} GiB over the "
                "usable.")
-    sentence, widen = ("", True) if host_bound else _largest_split_sentence(cfg, near, header.get("knobs"))
+    gpus = _gpus_word(header)
+    sentence, widen = ("", True) if host_bound else _largest_split_sentence(cfg, near, header.get("knobs"), gpus)
     # elastic_sentence here: the model grid a node range allows (tune/elastic.model_grid_sentence), past which more
     # TP / PP is no advice
     return (msg + sentence + elastic_pruned_sentence(result.invalid_by_rule) + elastic_sentence +
-            _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound, widen and not elastic_sentence))
+            _largest_model(result, cfg, near, gpus) +
+            _infeasible_advice(cfg, host_bound, widen and not elastic_sentence, _on_cpu(header)))
+
+
+def _on_cpu(header: Mapping[str, Any]) -> bool:
+    """A job on CPU hardware (HardwareSpec.device): each rank is a process, and a host's ranks share its RAM
+    (schedule/memory_cpu.py), so the messages speak of ranks and hosts, not GPUs."""
+    return header.get("device") == "cpu"
+
+
+def _gpus_word(header: Mapping[str, Any]) -> str:
+    return "ranks" if _on_cpu(header) else "GPUs"
 
 
 def _largest_split(cfg: Any, knobs: Any) -> int:
@@ -159,7 +172,7 @@ def _largest_split(cfg: Any, knobs: Any) -> int:
     return min(cfg.world_size, most("tp") * most("pp"))
 
 
-def _largest_split_sentence(cfg: Any, near: Any, knobs: Any) -> tuple[str, bool]:
+def _largest_split_sentence(cfg: Any, near: Any, knobs: Any, gpus: str = "GPUs") -> tuple[str, bool]:
     """(the sentence saying that even the largest split searched does not fit, or "", whether more TP/PP is still
     advice): where tune searches TP or PP, the least-memory layout at the largest TP x PP; where it keeps them (a
     script whose parser or framework does not take them), ZeRO-3, the most DeepSpeed shards."""
@@ -168,47 +181,52 @@ def _largest_split_sentence(cfg: Any, near: Any, knobs: Any) -> tuple[str, bool]
         limit = _largest_split(cfg, knobs)
         if c.tp * c.pp < limit:
             return "", True
-        where = (f"over all {cfg.world_size} GPUs, the most there are" if limit >= cfg.world_size else
-                 f"over {limit} of the {cfg.world_size} GPUs, the largest TP x PP the search space allows")
+        where = (f"over all {cfg.world_size} {gpus}, the most there are" if limit >= cfg.world_size else
+                 f"over {limit} of the {cfg.world_size} {gpus}, the largest TP x PP the search space allows")
         return (f" Nothing fits even at the largest TP/PP: that layout already splits the model's weights (TP {c.tp} x "
                 f"PP {c.pp}) {where}.", limit < cfg.world_size)
     if c.zero_stage == 3:
         dp = cfg.world_size // (c.tp * c.pp * c.cp)
         return (f" Nothing fits even at ZeRO-3, which shards the weights, gradients and optimizer states over all {dp} "
-                f"data-parallel GPUs; TP {c.tp} and PP {c.pp} are the command's, which tune does not change for it.",
+                f"data-parallel {gpus}; TP {c.tp} and PP {c.pp} are the command's, which tune does not change for it.",
                 False)
     return "", "tp" not in (knobs or {}).get("rules", {})  # a rule (the script's parser) keeps TP: no advice to widen
 
 
-def _largest_model(result: Any, cfg: Any, near: Any) -> str:
+def _largest_model(result: Any, cfg: Any, near: Any, gpus: str = "GPUs") -> str:
     """The sentence naming the largest model of this shape that would fit with `near`'s layout (or why none / unknown)."""
     if result.layers_that_fit:
         return (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
                 f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, with the "
-                f"hidden size, sequence length, batch and GPUs kept).")
+                f"hidden size, sequence length, batch and {gpus} kept).")
     if result.layers_that_fit == 0:  # not even one chunk fits by memory: say it, so the largest is never unsaid
         chunk = near.config.parallel.pp * near.config.parallel.vpp
         return (f" With that layout the largest model that would fit has no layers: no smaller model of this shape "
                 f"fits either, not even {chunk} layer{'s' * (chunk > 1)} (one per pipeline chunk) with hidden size "
-                f"{cfg.model.hidden_size}, sequence length {cfg.model.seq_length}, batch and GPUs kept."
-                + _longest_sequence(result, cfg))
+                f"{cfg.model.hidden_size}, sequence length {cfg.model.seq_length}, batch and {gpus} kept."
+                + _longest_sequence(result, cfg, gpus == "ranks"))
     # None: the smaller models broke a stage rule of the command, so the largest that fits is not known
     return f" The largest model that would fit with that layout is {_layers_meaning(None)}."
 
 
-def _longest_sequence(result: Any, cfg: Any) -> str:
+def _longest_sequence(result: Any, cfg: Any, on_cpu: bool = False) -> str:
     """Where no layer count fits: the longest sequence with which the whole model would (its activations, not its
     weights, are over), else that none would."""
     seq = result.seq_length_that_fits
     if seq is None:
-        return " Nor would a shorter sequence: the weights and optimizer state alone are over."
+        alone = "each rank's process with its weights and optimizer state" if on_cpu else "the weights and optimizer state"
+        return f" Nor would a shorter sequence: {alone} alone are over."
     pow2 = 1 << (seq.bit_length() - 1)  # the sequence lengths models are trained at are powers of two (2048 ... 128k)
     return (f" The largest configuration that would fit with that layout keeps all {cfg.model.num_layers} layers with "
             f"a sequence of at most {seq:,} tokens (this one has {cfg.model.seq_length:,}), e.g. --seq-length {pow2}.")
 
 
-def _infeasible_advice(cfg: Any, host_bound: bool, widen: bool = True) -> str:
-    """What to change; `widen` False: the layout already spans every GPU, so more TP/PP is no advice."""
+def _infeasible_advice(cfg: Any, host_bound: bool, widen: bool = True, on_cpu: bool = False) -> str:
+    """What to change; `widen` False: the layout already spans every GPU, so more TP/PP is no advice; on a CPU the
+    host's RAM holds all its ranks: fewer of them a host, or more RAM."""
+    if on_cpu and not host_bound:
+        return (" Run fewer ranks on each host (the same number over more hosts), or use hosts with more RAM (a "
+                "hardware file's memory_capacity_GiB, --hardware / --cluster).")
     if host_bound:  # the host knobs of run --require-fit (schedule/memory_knobs._host_knobs), in the same words
         less = {"megatron": "a smaller --optimizer-offload-fraction, or no --optimizer-cpu-offload",
                 "torch": "no FSDP CPU offload"}.get(cfg.framework, "offload_param / offload_optimizer to none or nvme, "

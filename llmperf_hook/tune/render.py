@@ -170,9 +170,11 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
              *([knobs_line(header["knobs"], header.get("framework", "megatron"))] if header.get("knobs") else []),
              _pruning_line(res, header)]
     usable = (1 - res.memory_margin) * header["capacity_bytes"] / GiB
-    lines.append(f"fits = allocated bytes (predict's rule) <= {usable:.1f} GiB "
-                 f"({100 * (1 - res.memory_margin):.0f} % of {header['capacity_bytes'] / GiB:.1f} GiB: memory_margin "
-                 f"{res.memory_margin:g}); peak GiB includes the allocator's reserve"
+    cpu = header.get("device") == "cpu"  # schedule/memory_cpu.py: a host's ranks share its RAM
+    fitted, ram = ("the resident memory of a host's ranks together", " of RAM") if cpu else ("allocated bytes", "")
+    peak = "is one rank's resident memory" if cpu else "includes the allocator's reserve"
+    lines.append(f"fits = {fitted} (predict's rule) <= {usable:.1f} GiB ({100 * (1 - res.memory_margin):.0f} % of "
+                 f"{header['capacity_bytes'] / GiB:.1f} GiB{ram}: memory_margin {res.memory_margin:g}); peak GiB {peak}"
                  f"{_host_clause(header)}")
     lines.append("")
     # The same widths as _row, so every heading sits over its column.

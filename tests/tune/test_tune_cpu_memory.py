@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from llmperf_hook.api import predict_command
+from llmperf_hook.cli import main
 from llmperf_hook.hardware.load import parse_cluster
 from llmperf_hook.tune import surrogate_memory
 from llmperf_hook.tune.candidates import candidates_from_list
@@ -47,10 +49,35 @@ def test_tune_keeps_what_predict_says_fits_the_host(tmp_path: Path) -> None:
     cluster = tmp_path / "cpu3.yaml"
     cluster.write_text(json.dumps(CLUSTER))  # JSON is YAML
     out = subprocess.run([sys.executable, "-m", "llmperf_hook", "tune", "--cluster", str(cluster), "--format", "json",
-                          "--top", "50", "--", *_command(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                         env={"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-                              "LLMPERF_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO)})
+                          "--top", "50", "--", *_command(tmp_path)], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env={"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+                                            "LLMPERF_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["search"]["num_oom_estimated"] == result["search"]["num_oom_predicted"] == 0
     assert {row["zero_stage"] for row in result["top"]} >= {1, 2, 3}  # every stage listed (ranked by speed, not pruned)
+
+
+def _tune_table(tmp_path: Path, ram_gib: float, capsys: pytest.CaptureFixture[str],
+                monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    cluster = tmp_path / "cpu.yaml"
+    cluster.write_text(json.dumps({**CLUSTER, "gpu": {**HARDWARE, "memory_capacity_GiB": ram_gib}}))
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main(["tune", "--cluster", str(cluster), "--", *_command(tmp_path)])
+    out = capsys.readouterr()
+    return int(ended.value.code or 0), out.out, out.err
+
+
+def test_tune_speaks_of_ranks_and_hosts_on_a_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CPU hardware tune's words are predict's (a host's ranks against its RAM), not a GPU's: the table's fit rule,
+    and the nothing-fits message (0.5 GiB: two ranks of ~0.35 GiB each, the processes alone over)."""
+    code, table, _ = _tune_table(tmp_path, 3, capsys, monkeypatch)
+    assert code == 0 and "fits = the resident memory of a host's ranks together (predict's rule)" in table
+    assert "GiB of RAM" in table and "peak GiB is one rank's resident memory" in table
+    assert "allocator's reserve" not in table
+    code, _, err = _tune_table(tmp_path, 0.5, capsys, monkeypatch)
+    assert code == 3 and "per host (its ranks' resident memory together)" in err, err
+    assert "Run fewer ranks on each host" in err and "per GPU" not in err and "GPUs" not in err
