@@ -42,20 +42,22 @@ INSERTED_GAS = Source(SourceKind.DEFAULT, "not in the file: accelerate's DeepSpe
 """Where the accumulation of a config file without the key comes from under `accelerate launch`."""
 
 
-def accelerate_ds_settings(env: Mapping[str, str], release: JobRelease, script: str = "") -> DsSettings:
+def accelerate_ds_settings(env: Mapping[str, str], release: JobRelease, script: str = "",
+                           mixed: str | None = None) -> DsSettings:
     """The ds_config an `accelerate launch --use_deepspeed` job runs with, parsed for its DeepSpeed `release`; an
     accumulation the plugin inserted is sourced to it (INSERTED_GAS), for the Trainer's mismatch refusal to say.
-    `script`: the training script, refused where it drives Accelerator itself and the accumulation is no number."""
+    `script`: the training script, refused where it drives Accelerator itself and the accumulation is no number.
+    `mixed`: the mixed precision the plugin is given (plugin_mixed_precision); None: ACCELERATE_MIXED_PRECISION."""
     if accelerator_script(script, ()):
         _check_accelerator_accumulation(env)
-    raw, origin, inserted = accelerate_ds_config(env)
+    raw, origin, inserted = accelerate_ds_config(env, mixed)
     ds = parse_ds_config(raw, origin, release=release)
     if inserted:
         ds.sources["gradient_accumulation_steps"] = INSERTED_GAS
     return ds
 
 
-def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str, bool]:
+def accelerate_ds_config(env: Mapping[str, str], mixed: str | None = None) -> tuple[dict[str, Any], str, bool]:
     """(ds_config dict, its origin for messages, whether the plugin inserted gradient_accumulation_steps) of an
     `accelerate launch --use_deepspeed` job. A config file without gradient_accumulation_steps gets 1 before anything
     is filled (DeepSpeedPlugin.__post_init__: `if "gradient_accumulation_steps" not in self.hf_ds_config.config: ...
@@ -74,7 +76,8 @@ def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str, b
         for var, (path, kind) in _PLUGIN_KEYS.items():  # "auto" (an accelerate config's) stays for the script to fill
             if env.get(var, "none").lower() not in ("none", "", AUTO):
                 _fill(raw, path, kind(env[var]) if kind is not str else env[var].lower(), overwrite=True)
-    mixed_precision_sections(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower(), origin)  # AcceleratorState
+    mixed = env.get("ACCELERATE_MIXED_PRECISION", "no").lower() if mixed is None else mixed
+    mixed_precision_sections(raw, mixed, origin, fill_auto=True)  # before any Trainer check
     return raw, origin, inserted
 
 
@@ -148,7 +151,7 @@ def _fill(raw: dict[str, Any], path: tuple[str, ...], value: Any, overwrite: boo
         node[path[-1]] = value
 
 
-def mixed_precision_sections(raw: dict[str, Any], mixed: str, origin: str = "") -> str | None:
+def mixed_precision_sections(raw: dict[str, Any], mixed: str, origin: str = "", fill_auto: bool = False) -> str | None:
     """DeepSpeedPlugin.set_mixed_precision (accelerate utils/dataclasses.py), run by AcceleratorState for `accelerate
     launch` jobs and the Trainer's --deepspeed FILE alike, adds the section of the Accelerator's mixed precision when
     the config lacks that section ({"bf16": {"enabled": true}} under bf16 or fp8, whatever the fp16 section says):
@@ -156,7 +159,10 @@ def mixed_precision_sections(raw: dict[str, Any], mixed: str, origin: str = "") 
     exports them as ACCELERATE_MIXED_PRECISION, after its fill_match has checked the file). A section still missing is
     left "auto", for frameworks/deepspeed_job.ds_precision to read from the Trainer's flags (fp32 without them).
     Returns the section it added (None: none). `origin` (the config's name) also asks for set_mixed_precision's
-    refusal of the other dtype enabled in the file; the Trainer's own mismatch check stops such a file first."""
+    refusal of the other dtype enabled in the file; the Trainer's own mismatch check stops such a file first.
+    `fill_auto`: the plugin is the first to fill the config (`accelerate launch`'s plugin: Accelerator, or
+    TrainingArguments.__post_init__ building DeepSpeedPlugin() before the Trainer's trainer_config_process):
+    its fill_match(must_match=False) turns an "enabled": "auto" into `mixed == section` (bf16 for fp8 too)."""
     section = {"fp16": "fp16", "bf16": "bf16", "fp8": "bf16"}.get(mixed)
     other = "bf16" if section == "fp16" else "fp16"
     given = raw.get(other)
@@ -170,7 +176,18 @@ def mixed_precision_sections(raw: dict[str, Any], mixed: str, origin: str = "") 
         raw[added] = {"enabled": True}
     for name in ("bf16", "fp16"):
         raw.setdefault(name, {"enabled": AUTO})
+        if fill_auto and isinstance(raw[name], dict) and raw[name].get("enabled") == AUTO:
+            raw[name] = {**raw[name], "enabled": name == section}
     return added
+
+
+def plugin_mixed_precision(flags: FlagValues, env: Mapping[str, str], trainer: bool) -> str:
+    """The mixed precision accelerate's DeepSpeed plugin of an `accelerate launch` job is given: the launcher's
+    ACCELERATE_MIXED_PRECISION, which the Trainer's --fp16 / --bf16 replace first (TrainingArguments.__post_init__,
+    transformers training_args.py: `if self.fp16: "fp16" elif self.bf16: "bf16"`) when `trainer`."""
+    if trainer and (flags.get("fp16") or flags.get("bf16")):
+        return "fp16" if flags.get("fp16") else "bf16"
+    return env.get("ACCELERATE_MIXED_PRECISION", "no").lower()
 
 
 def trainer_mixed_precision(flags: FlagValues, env: Mapping[str, str]) -> str:

@@ -16,7 +16,8 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import ConfigError, LlmperfError
 from llmperf_hook.frameworks.accelerate_plugin import (accelerate_deepspeed, accelerate_ds_settings, accelerator_script,
                                                        mixed_precision_source, mixed_precision_sections,
-                                                       plugin_config_file, trainer_mixed_precision)
+                                                       plugin_config_file, plugin_mixed_precision,
+                                                       trainer_mixed_precision)
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.deepspeed_job import hf_accumulation_warnings
@@ -131,7 +132,8 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
     """The ds_config the job reads; `script_files`: files its batch script writes before launching (read instead);
     `autotuning`: deepspeed --autotuning, whose experiments write the ZeRO section themselves."""
     if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env):
-        return accelerate_ds_settings(env, schema_release(env), script)
+        mixed = plugin_mixed_precision(flags, env, not accelerator_script(script, ()))
+        return accelerate_ds_settings(env, schema_release(env), script, mixed)
     if framework == "deepspeed" and openrlhf_trainer(script):
         return parse_ds_config(openrlhf_ds_config(flags), OPENRLHF_ORIGIN, release=schema_release(env))
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:

@@ -128,3 +128,30 @@ def test_hf_config_activation_picks_the_gelu(act: str, variant: str | None, tmp_
     assert any(f"activation {act!r} is not modelled" in w for w in got["warnings"]) == (variant is None)
     if variant:
         assert f"activation {act!r}" in got["sources"]["gelu_approximate"]
+
+
+AUTO_PRECISION = {**NO_PRECISION, "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}
+"""transformers' tests/deepspeed/ds_config_zero2.json precision sections: both "auto"."""
+
+
+@pytest.mark.parametrize(("script", "mixed", "flags", "precision"), [
+    ("run_clm_no_trainer.py", "bf16", [], "bf16"), ("run_clm_no_trainer.py", "no", [], "fp32"),
+    ("run_clm.py", "no", ["--bf16"], "bf16"), ("run_clm.py", "bf16", ["--bf16"], "bf16"),
+    ("run_clm.py", "bf16", [], None)])
+def test_accelerate_config_file_auto_precision(script: str, mixed: str, flags: list[str], precision: str | None,
+                                               tmp_path: Path, capsys, monkeypatch) -> None:
+    """`accelerate launch --use_deepspeed --deepspeed_config_file` with "enabled": "auto" sections: the plugin is
+    the first to fill them, DeepSpeedPlugin.set_mixed_precision's fill_match(must_match=False) writing
+    `mixed == section` (accelerate utils/dataclasses.py), run by AcceleratorState for an Accelerator script and by
+    TrainingArguments.__post_init__ for the Trainer with its own mixed precision (--fp16 / --bf16 over the launcher's,
+    transformers training_args.py '5. Mixed Precision' / '12. DeepSpeed'); the Trainer's trainer_config_process then
+    holds the filled value to its --bf16, so bf16 filled True without --bf16 stops it. llmperf priced the Accelerator
+    script fp32 and the Trainer without --bf16 fp32."""
+    command = ["accelerate", "launch", "--num_processes", "8", "--use_deepspeed", "--deepspeed_config_file", "ds.json",
+               "--mixed_precision", mixed, script, "--per_device_train_batch_size", "4", "--block_size", "1024", *flags]
+    code, got, err = _explain(tmp_path, AUTO_PRECISION, command, capsys, monkeypatch)
+    if precision is None:
+        assert code == 2 and "bf16.enabled=True vs hf --bf16 False" in err, err
+    else:
+        assert code == 0, err
+        assert got["precision"] == precision
