@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from instrument_helpers import SMALL_GPT, TRAIN_GPT, free_port, make_child_env, read_records, steps_by_rank
 
+pytestmark = pytest.mark.slow  # two llmperf sessions, two torchrun agents and their ranks: 42 s wall, 16 s CPU at load 9
+
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory) -> tuple[Path, list[subprocess.CompletedProcess]]:
