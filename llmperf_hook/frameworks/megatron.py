@@ -16,6 +16,7 @@ from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_shape import pick, resolve_megatron_shape
 from llmperf_hook.frameworks.script_defaults import with_own_defaults
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
+from llmperf_hook.frameworks.megatron_rampup import decreased_batch
 from llmperf_hook.frameworks.megatron_rules import CHOICES
 from llmperf_hook.frameworks.pipeline_layout import layout_num_stages
 from llmperf_hook.frameworks.script_flags import FALSE_DESTS, NOT_MODELLED
@@ -432,6 +433,8 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     else:
         model = resolve_megatron_shape(flags, parallel.tp, src, warnings, ds_flavour, script)
     batch = megatron_batch(flags, parallel.dp, src)
+    if flags.get("decrease_batch_size_if_needed") and not ds_flavour and not flags.has("step_batch_size_schedule"):
+        batch = decreased_batch(batch, parallel.dp, src, warnings)
     if flags.has("step_batch_size_schedule") and not flags.has("global_batch_size"):
         warnings.extend(unsplit_batches_warning(megatron_step_schedule(flags), batch.micro_batch_size, parallel.dp))
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"

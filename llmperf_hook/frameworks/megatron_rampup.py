@@ -9,11 +9,50 @@ START + k x INCREMENT, k = int(consumed samples / (SAMPLES / increments)), the c
 batch: every k is reached when SAMPLES / increments is at least the batch, a short ramp skips some. So micro-batch x
 DP must divide the greatest common divisor of the batches the ramp reaches (START and INCREMENT when it reaches all).
 explain (megatron_validate_args._check_rampup) and tune (tune/command_rules.py) both read it here.
+
+--decrease-batch-size-if-needed (Megatron-LM, not Megatron-DeepSpeed): ConstantNumMicroBatchesCalculator (and the
+ramp-up one at its final batch) runs each step at the global batch rounded down to a multiple of micro-batch x DP
+(_round, 'decreasing batch size from G to R to keep divisiblity') and asserts at least one micro-batch: the step is
+priced at that running batch (decreased_batch).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.training_config import BatchConfig
+from llmperf_hook.provenance import Source, SourceKind
+
+
+def running_global_batch(global_batch: int, micro_batch: int, dp: int) -> int:
+    """The batch a step runs at under --decrease-batch-size-if-needed: num_microbatches_calculator._round(global,
+    micro x DP) = (global // (micro x DP)) x (micro x DP)."""
+    per_step = micro_batch * dp
+    return global_batch // per_step * per_step
+
+
+def decreased_batch(batch: BatchConfig, dp: int, src: dict[str, Source], warnings: list[str]) -> BatchConfig:
+    """`batch` as Megatron-LM runs it under --decrease-batch-size-if-needed: a global batch micro x DP does not divide
+    is rounded down (ConstantNumMicroBatchesCalculator.__init__); exit 2 when that leaves no micro-batch ('number of
+    microbatches should be at least 1'). Its eval batch is checked apart (megatron_validate_args._check_eval_batch)."""
+    gbs, mbs = batch.global_batch_size, batch.micro_batch_size
+    running = running_global_batch(gbs, mbs, dp)
+    if running == gbs:
+        return batch
+    if running == 0:
+        raise ConfigError(f"global batch size {gbs} ({src.get('global_batch_size')}) is below micro batch size {mbs} "
+                          f"x data parallel size {dp} = {mbs * dp}: --decrease-batch-size-if-needed rounds it down to 0 "
+                          "and Megatron's ConstantNumMicroBatchesCalculator asserts 'number of microbatches should be "
+                          f"at least 1'. Use a global batch size of at least {mbs * dp}, or fewer GPUs per replica.")
+    src["global_batch_size"] = Source(SourceKind.DERIVED, f"{gbs} ({src.get('global_batch_size')}) rounded down to "
+                                      f"a multiple of MBS*DP = {mbs}*{dp} by --decrease-batch-size-if-needed")
+    src["num_microbatches"] = Source(SourceKind.DERIVED, f"{running}/({mbs}*{dp})")
+    warnings.append(f"--decrease-batch-size-if-needed: global batch size {gbs} is not divisible by micro batch size "
+                    f"{mbs} x data parallel size {dp}; Megatron runs every step at {running} (its "
+                    "NumMicroBatchesCalculator rounds down), and the step is priced there")
+    return replace(batch, global_batch_size=running, num_microbatches=running // (mbs * dp))
 
 
 def rampup_divisor(words: object, global_batch: int) -> int:

@@ -312,6 +312,57 @@ def _check_rampup(flags: FlagValues, script_args: Sequence[str], dp: int) -> Non
                           "size'). Choose START and INCREMENT multiples of it, or add --decrease-batch-size-if-needed.")
 
 
+def _check_batch_flags(flags: FlagValues, script_args: Sequence[str], dp: int) -> None:
+    """The batch rules of Megatron-LM core_v0.18.0 on (HEAD d98e8a6; core_v0.16.1 has neither flag nor check):
+    - validate_args (#4014, d85365bd): with no --global-batch-size (a --step-batch-size-schedule gives none) it sets
+      args.global_batch_size = MBS x DP, then --eval-global-batch-size defaults to that global batch and
+      --eval-micro-batch-size to the micro-batch, and asserts eval_global_batch_size % (eval_micro_batch_size x DP
+      [x gtp_weight_remat_size: since df197a816f, 2026-08, derived from --tensor-parallel-num-weight-shards, which
+      llmperf does not model]) == 0, whatever --decrease-batch-size-if-needed says. Without eval flags and without
+      that flag the rule is the global batch's own (validation._check_batch): not repeated.
+    - StepBatchsizeNumMicroBatchesCalculator.__init__ raises ValueError('Step batch size schedules do not support
+      decrease_batch_size_if_needed')."""
+    decrease = bool(flags.get("decrease_batch_size_if_needed"))
+    if decrease and flags.has("step_batch_size_schedule"):
+        raise ConfigError("--step-batch-size-schedule with --decrease-batch-size-if-needed: Megatron's "
+                          "StepBatchsizeNumMicroBatchesCalculator raises 'Step batch size schedules do not support "
+                          "decrease_batch_size_if_needed' (megatron/core/num_microbatches_calculator.py). Drop "
+                          "--decrease-batch-size-if-needed and give batches micro-batch x DP divides.")
+    eval_global = _number(script_args, "--eval-global-batch-size")
+    eval_micro = _number(script_args, "--eval-micro-batch-size")
+    if eval_global is None and eval_micro is None and not decrease:
+        return
+    mbs = flags.get("micro_batch_size", 1)
+    gbs = flags.get("global_batch_size", mbs * dp)  # a schedule's batch is not args.global_batch_size here
+    e_global, e_micro = int(eval_global or gbs), int(eval_micro or mbs)
+    if e_global % (e_micro * dp):
+        where = "--eval-global-batch-size" if eval_global else ("--global-batch-size" if flags.has(
+            "global_batch_size") else f"the default MBS x DP = {mbs} x {dp}")
+        raise ConfigError(f"eval global batch size {e_global} ({where}) is not divisible by eval micro batch size "
+                          f"{e_micro} x data parallel size {dp} = {e_micro * dp}: Megatron-LM's validate_args asserts "
+                          "'eval_global_batch_size ... must be divisible by eval_micro_batch_size * data_parallel_size'"
+                          " at start-up (core_v0.18.0 on; --decrease-batch-size-if-needed rounds only the training "
+                          f"batch). Give --eval-global-batch-size a multiple of {e_micro * dp}"
+                          + (" or a --global-batch-size micro x DP divides." if not eval_global
+                             and not flags.has("step_batch_size_schedule") else "."))
+
+
+def _weight_shard_warnings(script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
+    """Generalized Tensor Parallelism (--tensor-parallel-num-weight-shards, Megatron-LM core_v0.19.0 on, #4967;
+    no --gtp-weight-remat-size flag in any release: validate_args derives gtp_weight_remat_size = shards // TP,
+    model_parallel_config.resolve_tensor_parallel_weight_shards) adds a model-parallel axis: data_parallel_size =
+    world // (TP x PP x CP x gtp), and the eval batch must divide by eval micro x DP x gtp (df197a816f). llmperf does
+    not model the axis: one warning, with the DP Megatron would run."""
+    shards = _number(script_args, "--tensor-parallel-num-weight-shards")
+    if not shards or shards <= parallel.tp:
+        return []
+    gtp = int(shards) // parallel.tp
+    return [f"--tensor-parallel-num-weight-shards {int(shards)} (Generalized Tensor Parallelism, {gtp} weight shards "
+            f"per TP rank) is not modelled: Megatron's data-parallel size is then world / (TP x PP x CP x {gtp}) = "
+            f"{parallel.dp // gtp}, its eval batch must divide by eval micro x DP x {gtp}; priced as DP {parallel.dp} "
+            "without the weight-shard axis"]
+
+
 def _check_distopt_instances(flags: FlagValues, parallel: ParallelLayout) -> list[str]:
     """parallel_state.py initialize_model_parallel asserts '(data_parallel_size * context_parallel_size) %
     num_distributed_optimizer_instances == 0' ('Data parallel size should be divisible by partial DistOpt shard
@@ -401,6 +452,8 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
     _check_hierarchical_cp(script_args, parallel)
     warnings += _check_distopt_instances(flags, parallel)
     _check_rampup(flags, script_args, parallel.dp)
+    _check_batch_flags(flags, script_args, parallel.dp)
+    warnings += _weight_shard_warnings(script_args, parallel)
     _check_router(flags, script_args)
     _check_position_embedding(flags)
     return warnings + _fp8_param_warnings(flags) + _checkpoint_activations_warnings(flags)

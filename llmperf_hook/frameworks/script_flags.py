@@ -97,6 +97,7 @@ def _build() -> dict[str, Flag]:
     table["--deepspeed"] = Flag("deepspeed", "path_or_true")
     table["--virtual-pipeline-model-parallel-size"] = Flag("num_virtual_stages_per_pipeline_rank", "int")
     table["--rampup-batch-size"] = Flag("rampup_batch_size", "str", nargs=3)
+    table["--decrease-batch-size-if-needed"] = Flag("decrease_batch_size_if_needed", "true")  # megatron_rampup.py
     # Megatron-LM builds it from TransformerConfig.recompute_modules: List[str] -> nargs='+' (argument_utils.py)
     table["--recompute-modules"] = Flag("recompute_modules", "str", nargs=ONE_OR_MORE)
     table["--train-micro-batch-size-per-gpu"] = Flag("micro_batch_size", "int")

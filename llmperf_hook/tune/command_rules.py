@@ -8,12 +8,22 @@ framework refuses that candidate's command):
 - --rampup-batch-size START INCREMENT SAMPLES (Megatron-LM to core_v0.17, Megatron-DeepSpeed): micro-batch x DP
   must divide every global batch the ramp-up runs steps at, unless --decrease-batch-size-if-needed
   (frameworks/megatron_rampup.py, which explain's rule reads too).
-- Megatron-LM's eval batch (arguments.py validate_args, since #4014, 2026-04-13): --eval-global-batch-size (default:
-  the global batch) must be divisible by --eval-micro-batch-size (default: the micro-batch) x DP, asserted at start-up
+- Megatron-LM's eval batch (arguments.py validate_args, since #4014, 2026-04-13; core_v0.18.0 on, not in
+  core_v0.16.1): --eval-global-batch-size (default: the global batch, which is MBS x DP when a --step-batch-size-schedule
+  gives none: validate_args sets args.global_batch_size before the calculator reads the schedule) must be divisible by --eval-micro-batch-size (default: the micro-batch) x DP, asserted at start-up
   whatever --decrease-batch-size-if-needed says; with that flag, ConstantNumMicroBatchesCalculator
   (core/num_microbatches_calculator.py) rounds the training batch down to a multiple of micro x DP and asserts at least
   one micro-batch, so the global batch must be at least micro x DP. Both hold at every node count of an elastic range
   (tune/elastic.py checks them there).
+- Megatron-LM's --step-batch-size-schedule (core_v0.18.0 on): train() calls update_num_microbatches(consumed,
+  consistency_check=True) every step, and StepBatchsizeNumMicroBatchesCalculator.update asserts the current batch %
+  (micro x DP) == 0 (its _validate_schedule does not check earlier entries: 'a run resumed past one never reaches
+  it'). A candidate must split every earlier batch the user's own layout splits (the final batch is the global batch,
+  candidate_rules' rule); the others the user's run never reaches unsplit, so it must be resumed past them.
+- Under --decrease-batch-size-if-needed the step runs at the global batch rounded down to a multiple of micro x DP
+  (frameworks/megatron_rampup.decreased_batch): a candidate whose rounding of the command's --global-batch-size is not
+  the batch priced would run another batch than the one its step time is for (at the world priced; an elastic
+  range's smaller counts round as they must).
 - --defer-embedding-wgrad-compute: Megatron's ModelParallelConfig refuses it without pipeline parallelism
   (frameworks/megatron_rules._check_deferred_embedding_wgrad).
 - --cp-comm-type a2a: Transformer Engine's all-to-all attention needs each TP rank's query and key/value heads to
@@ -30,6 +40,7 @@ from llmperf_hook.frameworks.flags import parse_flags
 from llmperf_hook.frameworks.megatron_rampup import rampup_divisor
 from llmperf_hook.frameworks.megatron_rules import list_values
 from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
+from llmperf_hook.frameworks.step_batch_schedule import step_batch_schedule
 from llmperf_hook.frameworks.training_config import TrainingConfig
 
 Masks = dict[str, np.ndarray]
@@ -38,6 +49,8 @@ MaskFn = Callable[[Mapping[str, np.ndarray]], Masks]
 RAMPUP_RULE = "a --rampup-batch-size step's global batch % (micro_batch*dp) != 0"
 EVAL_BATCH_RULE = "eval global batch % (eval micro_batch*dp) != 0"
 ROUNDED_TO_NOTHING_RULE = "global_batch < micro_batch*dp (--decrease-batch-size-if-needed rounds it to 0)"
+ROUNDED_ELSEWHERE_RULE = "--decrease-batch-size-if-needed rounds the global batch to another batch than the one priced"
+SCHEDULE_RULE = "a --step-batch-size-schedule batch % (micro_batch*dp) != 0"
 DECREASE_FLAG = "--decrease-batch-size-if-needed"
 DEFERRED_WGRAD_RULE = "--defer-embedding-wgrad-compute needs pp > 1"
 A2A_HEADS_RULE = "all-to-all context parallel: heads or key/value heads per tp rank % a2a size != 0"
@@ -51,7 +64,7 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_si
         return lambda cols: {}
     fns = [_rampup_masks(cfg, script_args, world), _a2a_heads_masks(cfg, script_args)]
     if cfg.framework == "megatron":  # Megatron-DeepSpeed's older arguments.py has no eval batch of its own
-        fns.append(_batch_flag_masks(cfg, script_args, world))
+        fns += [_batch_flag_masks(cfg, script_args, world), _schedule_masks(cfg, script_args, world)]
         if parse_flags(script_args, SCRIPT_FLAGS).get("defer_embedding_wgrad_compute"):
             fns.append(lambda cols: {DEFERRED_WGRAD_RULE: cols["pp"] == 1})
     return all_rules(*fns)
@@ -75,21 +88,48 @@ def _last_int(script_args: Sequence[str], flag: str) -> int | None:
 
 
 def _batch_flag_masks(cfg: TrainingConfig, script_args: Sequence[str], world: int) -> MaskFn:
-    """The eval batch's divisibility and, under DECREASE_FLAG, at least one micro-batch (module docstring). Without
-    eval flags and without DECREASE_FLAG the eval rule is candidate_rules' global-batch one: not repeated."""
+    """The eval batch's divisibility and, under DECREASE_FLAG, at least one micro-batch and the batch priced (module
+    docstring). Without eval flags and without DECREASE_FLAG the eval rule is candidate_rules' global-batch one: not
+    repeated."""
     eval_global = _last_int(script_args, "--eval-global-batch-size")
     eval_micro = _last_int(script_args, "--eval-micro-batch-size")
     decrease = list_values(script_args, DECREASE_FLAG) is not None
     if eval_global is None and eval_micro is None and not decrease:
         return lambda cols: {}
-    gbs = cfg.batch.global_batch_size
+    schedule = list_values(script_args, "--step-batch-size-schedule") is not None
+    # the command's own batch (tune pins a default one into the command): priced rounded under DECREASE_FLAG
+    requested = _last_int(script_args, "--global-batch-size") or cfg.batch.global_batch_size
+    priced = cfg.batch.global_batch_size
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
         dp = _data_parallel(cols, world)
-        out = {EVAL_BATCH_RULE: (eval_global or gbs) % ((eval_micro or cols["mbs"]) * dp) != 0}
+        per_step = cols["mbs"] * dp
+        out = {EVAL_BATCH_RULE: (eval_global or (per_step if schedule else requested)) % ((eval_micro or cols["mbs"]) * dp)
+               != 0}
         if decrease:
-            out[ROUNDED_TO_NOTHING_RULE] = gbs < cols["mbs"] * dp
+            out[ROUNDED_TO_NOTHING_RULE] = requested < per_step
+            if world == cfg.world_size:  # an elastic count runs its own rounding, unpriced (tune/elastic.py)
+                out[ROUNDED_ELSEWHERE_RULE] = (requested >= per_step) & (requested // per_step * per_step != priced)
         return out
+
+    return masks
+
+
+def _schedule_masks(cfg: TrainingConfig, script_args: Sequence[str], world: int) -> MaskFn:
+    """SCHEDULE_RULE on the earlier batches of --step-batch-size-schedule the user's own layout splits (module
+    docstring); predict has parsed the schedule already (frameworks/step_batch_schedule.py)."""
+    words = list_values(script_args, "--step-batch-size-schedule")
+    if not words:
+        return lambda cols: {}
+    own = cfg.batch.micro_batch_size * cfg.parallel.dp
+    steps = step_batch_schedule(" ".join(words), cfg.model.seq_length).steps[:-1]
+    reached = np.array(sorted({batch for _, batch in steps if batch % own == 0}), dtype=np.int64)
+    if not reached.size:
+        return lambda cols: {}
+
+    def masks(cols: Mapping[str, np.ndarray]) -> Masks:
+        per_step = (cols["mbs"] * _data_parallel(cols, world))[:, None]
+        return {SCHEDULE_RULE: (reached[None, :] % per_step != 0).any(axis=1)}
 
     return masks
 

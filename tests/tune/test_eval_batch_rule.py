@@ -28,9 +28,11 @@ def _masks(extra: list[str], layouts: list[dict]) -> dict[str, np.ndarray]:
 
 def test_an_eval_batch_micro_x_dp_does_not_divide_is_refused() -> None:
     # 16 GPUs: TP 1 -> DP 16 (24 % 16 != 0), TP 2 -> DP 8 (24 % 8 == 0); eval micro-batch 2 x DP 8 = 16 does not
-    masks = _masks(["--eval-global-batch-size", "24"], [{"tp": 1}, {"tp": 2}, {"tp": 2, "micro_batch_size": 2}])
+    # the command itself at TP 2 (predict refuses TP 1's DP 16 by the same assertion: tests/frameworks/test_batch_flags)
+    masks = _masks(["--eval-global-batch-size", "24", "--tensor-model-parallel-size", "2"],
+                   [{"tp": 1}, {"tp": 2}, {"tp": 2, "micro_batch_size": 2}])
     assert masks[EVAL_BATCH_RULE].tolist() == [True, False, True]
-    masks = _masks(["--eval-global-batch-size", "24", "--eval-micro-batch-size", "1"],
+    masks = _masks(["--eval-global-batch-size", "24", "--eval-micro-batch-size", "1", "--tensor-model-parallel-size", "2"],
                    [{"tp": 2, "micro_batch_size": 2}])
     assert masks[EVAL_BATCH_RULE].tolist() == [False]  # the eval micro-batch is its own
 
