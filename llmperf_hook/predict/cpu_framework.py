@@ -24,6 +24,9 @@ hardware is a CPU and, for every prediction on it:
   comm model's collectives are the ranks' wait, which the testbed's wall beyond CPU time matches, while this is
   CPU time the one-rank terms do not hold). A file without the term (a profile measured before it existed, or one
   whose transport reading was left out) adds no such op: its predictions are those it gave before.
+- where the profile measured the ranks' step-to-step jitter (rank_transport.step_jitter_cv, read on the same pair
+  of ranks), a job whose collectives synchronise n > 1 ranks pays every non-collective part x (1 + cv x e_n): the
+  step waits for the slowest rank (predict/rank_jitter.py; the cost-models line says "+rank-jitter").
 No file (any GPU profile): nothing changes. Only json is read here; no torch.
 """
 
@@ -63,6 +66,15 @@ class CpuFrameworkCost:
     transport_per_byte_s: float = 0.0
     """CPU seconds gloo's transport threads spend per byte a rank sends in a collective of 2+ ranks (0: not
     measured; profile/cpu_rank_transport.py)."""
+    rank_jitter_cv: float = 0.0
+    """A rank's step-to-step CPU time spread its peers do not share, per step time (0: not measured): a step of n
+    synchronised ranks costs E[max of n] = 1 + cv x e_n of one rank's (predict/rank_jitter.py)."""
+
+    def straggler(self, synchronised_ranks: int) -> float:
+        """predict/rank_jitter.straggler_factor of this machine's measured jitter (1 alone or unmeasured)."""
+        from llmperf_hook.predict.rank_jitter import straggler_factor
+
+        return straggler_factor(self.rank_jitter_cv, synchronised_ranks)
 
     def slowdown(self, ranks: int) -> float:
         """Measured factor for `ranks` concurrent ranks (the largest measured count beyond it; 1 alone)."""
@@ -136,7 +148,8 @@ def _cost(entry: Mapping) -> CpuFrameworkCost:
                             {str(k): float(v) for k, v in entry.get("concurrency_slowdown", {}).items()},
                             {str(k): (float(v["per_step_s"]), float(v["per_param_s"]))
                              for k, v in entry.get("deepspeed_step", {}).items()},
-                            float((entry.get("rank_transport") or {}).get("per_byte_s", 0.0)))
+                            float((entry.get("rank_transport") or {}).get("per_byte_s", 0.0)),
+                            float((entry.get("rank_transport") or {}).get("step_jitter_cv", 0.0)))
 
 
 def _checked(cost: CpuFrameworkCost) -> CpuFrameworkCost:
@@ -148,6 +161,7 @@ def _checked(cost: CpuFrameworkCost) -> CpuFrameworkCost:
     terms = {"per_unit_s": cost.per_unit_s, "optimizer_per_tensor_s": cost.optimizer_per_tensor_s,
              "optimizer_per_param_s": cost.optimizer_per_param_s, "per_byte_s": cost.per_byte_s,
              "rank_transport.per_byte_s": cost.transport_per_byte_s,
+             "rank_transport.step_jitter_cv": cost.rank_jitter_cv,
              **{f"deepspeed_step.{k}": min(v) for k, v in cost.deepspeed_step.items()}}
     bad = [f"{k} {v!r}" for k, v in terms.items() if not (math.isfinite(v) and v >= 0)]
     bad += [f"concurrency_slowdown.{k} {v!r}" for k, v in cost.concurrency_slowdown.items()
@@ -194,18 +208,29 @@ def single_layout_peak_notes(profile: object, dtype: str) -> tuple[str, ...]:
             f"measures the best of the layouts (the samples in the store are reused)",)
 
 
-def op_seconds(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int = 1) -> float:
+def op_seconds(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int = 1,
+               synchronised_ranks: int = 1) -> float:
     """Seconds of `op` on the CPU thread (collectives unchanged: the comm model measured them under gloo)."""
-    return sum(op_cost_parts(op, profile_s, cost, ranks_on_machine).values())
+    return sum(op_cost_parts(op, profile_s, cost, ranks_on_machine, synchronised_ranks).values())
 
 
-def op_cost_parts(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int = 1) -> dict[str, float]:
+def op_cost_parts(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int = 1,
+                  synchronised_ranks: int = 1) -> dict[str, float]:
     """op_seconds by the term of the module docstring that prices it (their sum is op_seconds), for a breakdown of
     where a CPU step goes (benchmarks/testbed_op_breakdown.py): a compute op's "operators" (compute_scale x its
     profile time), "issue" (per op unit) and "traffic" (per byte); the optimizer op's "adam" (per tensor and per
-    parameter) and "engine" (DeepSpeed's ZeRO-stage step); TRANSPORT_OP's "transport"; a collective's "comm"."""
+    parameter) and "engine" (DeepSpeed's ZeRO-stage step); TRANSPORT_OP's "transport"; a collective's "comm";
+    beside every non-collective part of a job of several synchronised ranks, "jitter": what its share of the step
+    costs beyond one rank's mean because the step waits for the slowest rank (predict/rank_jitter.py)."""
     if op.collective is not None:
         return {"comm": profile_s}
+    parts = _rank_parts(op, profile_s, cost, ranks_on_machine)
+    extra = cost.straggler(synchronised_ranks) - 1.0
+    return {**parts, "jitter": extra * sum(parts.values())} if extra > 0 else parts
+
+
+def _rank_parts(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int) -> dict[str, float]:
+    """op_cost_parts of one rank at its mean step (no wait for its peers)."""
     if op.name == TRANSPORT_OP:
         return {"transport": cost.transport_per_byte_s * op.dims.get("wire_bytes", 0)}
     slowdown = cost.slowdown(ranks_on_machine)
@@ -240,11 +265,16 @@ def ranks_on_machine(ops: Iterable[Op]) -> int:
                 if op.collective is not None), default=1)
 
 
+def synchronised_ranks(ops: Iterable[Op]) -> int:
+    """Ranks a step waits for at its collectives: the largest collective group of the job (1 without any)."""
+    return max((op.collective.group_size for op in ops if op.collective is not None), default=1)
+
+
 def apply_cpu_framework_cost(seconds: dict[str, float], ops: Iterable[Op], cost: CpuFrameworkCost,
                              op_id) -> dict[str, float]:
     """`seconds` (by op id) with the CPU framework cost of each op added (each op id once)."""
     ops = list(ops)
-    ranks = ranks_on_machine(ops)
+    ranks, synced = ranks_on_machine(ops), synchronised_ranks(ops)
     out = dict(seconds)
     done: set[str] = set()
     for op in ops:
@@ -252,8 +282,15 @@ def apply_cpu_framework_cost(seconds: dict[str, float], ops: Iterable[Op], cost:
         if oid in done:
             continue
         done.add(oid)
-        out[oid] = op_seconds(op, seconds[oid], cost, ranks)
+        out[oid] = op_seconds(op, seconds[oid], cost, ranks, synced)
     return out
+
+
+def cost_label(cost: CpuFrameworkCost, ops: Iterable[Op]) -> str:
+    """What the cost-models line adds to a CPU-priced class: "+cpu-framework", and the straggler factor where the
+    profile measured the ranks' jitter and the job synchronises several ranks."""
+    factor = cost.straggler(synchronised_ranks(ops))
+    return "+cpu-framework" + (f"+rank-jitter x{factor:.3f}" if factor > 1.0 else "")
 
 
 def cpu_serial_op(op: Op) -> Op:

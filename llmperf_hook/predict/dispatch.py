@@ -21,8 +21,8 @@ from llmperf_hook.graph.op_graph import OpGraph
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import fitted
 from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
-from llmperf_hook.predict.cpu_framework import (apply_cpu_framework_cost, find_cpu_framework_cost, missing_cost_warning,
-                                                single_layout_peak_notes, timed_on_cpu)
+from llmperf_hook.predict.cpu_framework import (apply_cpu_framework_cost, cost_label, find_cpu_framework_cost,
+                                                missing_cost_warning, single_layout_peak_notes, timed_on_cpu)
 from llmperf_hook.predict.fp8_gemm import fp8_gemm_predictor
 from llmperf_hook.predict.gemm_alignment import alignment_factor, alignment_warnings, learned_by_profile
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
@@ -191,7 +191,8 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
     seconds, used = predict_ops(ops, cluster, profile, comm_model, sustained_floor=not cpu)
     if cpu_cost is not None:  # CPU hardware: framework work adds to compute (predict/cpu_framework.py)
         seconds = apply_cpu_framework_cost(seconds, ops, cpu_cost, op_id)
-        used = {k: v if k in COLLECTIVE_CLASSES else v + "+cpu-framework" for k, v in used.items()}
+        label = cost_label(cpu_cost, ops)
+        used = {k: v if k in COLLECTIVE_CLASSES else v + label for k, v in used.items()}
     warnings: tuple[str, ...] = ()
     if profile is not None and hasattr(profile, "extrapolation_warnings"):
         priced = [gelu_variant(bf16_part_of_fp8_run(op), profile)[0] for op in ops]

@@ -171,7 +171,7 @@ def reading_terms(raw: Mapping[str, Any], fixed: FixedParts, dtype: str, keep_sa
         terms["concurrency_slowdown"] = dict(raw["concurrency"])
     if raw.get("transport"):  # cpu_rank_transport.py: gloo's transport CPU per wire byte at world size 2
         fit = fit_transport(raw["transport"])
-        terms["rank_transport"] = fit if keep_samples else {"per_byte_s": fit["per_byte_s"]}
+        terms["rank_transport"] = fit if keep_samples else {k: v for k, v in fit.items() if k != "samples"}
     if raw.get("engine"):
         stages = deepspeed_terms(raw["engine"], cost, fixed.engine_rows, dtype)
         terms["deepspeed_step"] = {z: {k: v for k, v in t.items() if keep_samples or k != "samples"}
@@ -216,7 +216,10 @@ def combine_readings(readings: Sequence[Mapping[str, Any]]) -> tuple[dict, dict[
 
 
 def median_raw(raws: Sequence[Mapping[str, Any]]) -> dict:
-    """Each measured time's median over the readings (the samples the file keeps)."""
+    """Each measured time's median over the readings (the samples the file keeps); the rank pair's per-step CPU
+    times pooled, not medianed (their spread is the term: cpu_rank_transport.step_pairs)."""
+    from llmperf_hook.profile.cpu_rank_transport import step_pairs
+
     med = lambda xs: statistics.median(xs)  # noqa: E731
     small_s = med(r["tiny_s"][0] for r in raws)  # the difference's median, not a difference of medians (pairs)
     out = {"tiny_s": [small_s, small_s + med(r["tiny_s"][1] - r["tiny_s"][0] for r in raws)],
@@ -228,7 +231,8 @@ def median_raw(raws: Sequence[Mapping[str, Any]]) -> dict:
     transports = [r["transport"] for r in raws if r.get("transport")]
     if transports:  # per engine and column, the single process's and each rank's of the pair
         out["transport"] = {"single": _median_rows([t["single"] for t in transports]),
-                            "pair": [_median_rows([t["pair"][i] for t in transports]) for i in range(2)]}
+                            "pair": [_median_rows([t["pair"][i] for t in transports]) for i in range(2)],
+                            "step_pairs": [list(p) for t in transports for p in step_pairs(t)]}  # every step
     isolated = [r["tiny_isolated_diff_s"] for r in raws if r.get("tiny_isolated_diff_s") is not None]
     if isolated:  # readings from before it was measured (testbed_refit's kept files) have none
         out["tiny_isolated_diff_s"] = med(isolated)
@@ -327,7 +331,7 @@ def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, 
 SPREAD_TERMS = (("per_unit_s", "per op unit"), ("compute_scale", "ops"), ("per_byte_s", "per byte"),
                 ("optimizer_per_tensor_s", "Adam/tensor"), ("optimizer_per_param_s", "Adam/param"),
                 ("concurrency_slowdown/2", "2 ranks"), ("rank_transport/per_byte_s", "gloo/byte"),
-                ("deepspeed_step/1/per_param_s", "ZeRO-1/param"),
+                ("rank_transport/step_jitter_cv", "rank jitter"), ("deepspeed_step/1/per_param_s", "ZeRO-1/param"),
                 ("deepspeed_step/3/per_step_s", "ZeRO-3/step"))
 
 

@@ -34,6 +34,13 @@ collectives 0.6-1.1 ms (9.5 ms for ZeRO-3's 15 calls). Results: /work/notes/h139
 Predictions price it on the wire bytes of every collective of a CPU job with more than one rank in its group
 (predict/cpu_framework.py, graph/cpu_stages.py). torch and deepspeed are imported inside the children only.
 
+The same pair also reads the ranks' step-to-step jitter: each engine row carries every step's process CPU time
+after its medians (STEP_COLUMNS), the two ranks' same steps pair up (step_pairs; the file pools them over the
+readings, cpu_framework_readings.median_raw) and `step_jitter_cv` = sqrt(pi) / 2 x mean |a - b| / mean is the spread
+a rank does not share with its peer (predict/rank_jitter.py), which a synchronised step waits for. On the testbed's
+quiet records of 28 Nov 2026 the same estimate from the instrumented 2-rank runs' per-rank steps read 0.078 / 0.084
+(fp32, 720 step pairs each) and 0.054 / 0.047 (bf16).
+
 No calling-thread term beside it: checked 28 Nov 2026, /work/notes/h172.md. The question was whether world size 2
 costs the engine's calling thread CPU time that the world-size-1 engine terms lack, for example ZeRO-1/2's
 partitioned buffers freed and page-faulted again each step. The setup: train_gpt.py's model and train_step, one
@@ -114,7 +121,8 @@ class WireCounter:
 
 
 def _engine_rows(engine, data, counter: WireCounter, reps: int = ENGINE_REPS) -> list[float]:
-    """Medians over `reps` steps: [wire bytes, calls, transport threads' CPU s, process CPU s]."""
+    """Medians over `reps` steps: [wire bytes, calls, transport threads' CPU s, process CPU s], then each step's
+    process CPU s in order (STEP_COLUMNS on: the pair's step-to-step jitter, rank_jitter_cv)."""
     rows = []
     for _ in range(reps):
         counter.reset()
@@ -123,7 +131,11 @@ def _engine_rows(engine, data, counter: WireCounter, reps: int = ENGINE_REPS) ->
         engine.step()
         process_s, thread_s = time.process_time() - p0, time.thread_time() - t0
         rows.append([counter.wire_bytes, counter.calls, max(0.0, process_s - thread_s), process_s])
-    return [statistics.median(col) for col in zip(*rows)]
+    return [statistics.median(col) for col in zip(*rows)] + [row[3] for row in rows]
+
+
+STEP_COLUMNS = 4
+"""Where an engine row's per-step process CPU times start (rows written before 28 Nov 2026 15:30 end there)."""
 
 
 def transport_child(dtype: str, threads: int, world_size: int, rank: int, port: int,
@@ -220,12 +232,29 @@ def transport_rows(raw: Mapping[str, Sequence]) -> list[dict]:
     return rows
 
 
+def step_pairs(raw: Mapping[str, Sequence]) -> list[tuple[float, float]]:
+    """The pair's per-step process CPU (rank 0, rank 1) of every engine: the same step of both ranks, which meet at
+    its collectives; `raw["step_pairs"]` where median_raw pooled them over the readings."""
+    if "step_pairs" in raw:
+        return [(float(a), float(b)) for a, b in raw["step_pairs"]]
+    pair = raw.get("pair") or []
+    if len(pair) != 2:
+        return []
+    return [(a, b) for r0, r1 in zip(*pair) for a, b in zip(r0[STEP_COLUMNS:], r1[STEP_COLUMNS:])]
+
+
 def fit_transport(raw: Mapping[str, Sequence]) -> dict:
     """{"per_byte_s", "samples"}: the transport CPU per wire byte (module docstring), errors relative to the
-    engine step's process CPU time, so a small step's row does not dominate."""
+    engine step's process CPU time, so a small step's row does not dominate; with "step_jitter_cv" where the
+    reading kept each step's CPU: the ranks' step-to-step jitter that a synchronised step waits for
+    (predict/rank_jitter.py)."""
+    from llmperf_hook.predict.rank_jitter import jitter_cv
+
+    cv = jitter_cv(step_pairs(raw))
+    jitter = {} if cv is None else {"step_jitter_cv": cv}
     rows = [r for r in transport_rows(raw) if r["wire_bytes"] > 0]
     if not rows:
-        return {"per_byte_s": 0.0, "samples": []}
+        return {"per_byte_s": 0.0, "samples": [], **jitter}
     (per_byte,) = fit_nonnegative([[r["wire_bytes"]] for r in rows], [r["extra_s"] for r in rows],
                                   [r["process_s"] for r in rows])
-    return {"per_byte_s": per_byte, "samples": rows}
+    return {"per_byte_s": per_byte, "samples": rows, **jitter}
