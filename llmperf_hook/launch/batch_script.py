@@ -363,7 +363,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             text = HERE_STRING_REF.sub(r'<<< "\1"', text)
         self.split_refs.clear()
         source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args(), self.undecidable,
-                                      self.surely_unset() if self.removed else frozenset())
+                                      self.surely_unset() if self.removed else frozenset(), self.splitter())
         try:  # inside `(( ))` a `>` or `<<` is an operator (bash manual 6.5), no redirection
             words, redirections = (shell_split(source), []) if source.lstrip().startswith("((") else \
                 split_redirections(*brace_expanded(*rejoin_substitutions(shell_split(source), quoted_words(source))))
@@ -372,7 +372,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 self.unsplit.append(self.where(line).removeprefix("line "))
             return
         if words and _VAR_WORD.fullmatch(words[0]) and text.lstrip().startswith(words[0]):
-            words = [*self.expand(words[0]).split(), *words[1:]]  # `$VENV_PREFIX python ...`: bash splits it
+            words = [*self.fields(self.expand(words[0])), *words[1:]]  # `$VENV_PREFIX python ...`: bash splits it
         running = self.conditions.running()
         if not self.launches:
             self.condition_source(line, words)
@@ -568,7 +568,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
 
     def positioned(self, words: list[str]) -> list[str]:
         """`words` with $1 ... as they are where the line runs (inside a function: the call's words, and its locals)."""
-        return [bind_locals(self, expand_positional(word, self.positional)) for word in words]
+        return [bind_locals(self, expand_positional(word, self.positional_for(word))) for word in words]
 
     def where(self, line: ScriptLine) -> str:
         """`line N` of the script, or `FILE line N` of a file it sources (bash reports FILE's own line numbers)."""

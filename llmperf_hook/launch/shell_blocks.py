@@ -99,6 +99,8 @@ class BlockReading:
 
     def expand_arrays(self, text: str) -> str: ...
 
+    def fields(self, value: str) -> list[str]: ...
+
     def args(self) -> list[str]: ...
 
     def where(self, line: ScriptLine) -> str: ...
@@ -111,12 +113,12 @@ class BlockReading:
         if defined is not None:
             self.functions[defined.name] = replace(defined, path=self.path)
             return defined.end
-        loop = None if self.conditions.in_undecided_branch() or "IFS" in self.env else for_loop(lines, i)  # 3.5.7
+        loop = None if self.conditions.in_undecided_branch() else for_loop(lines, i)
         if loop is None:
             return self.while_block(lines, i)
         words = self.expand_arrays(protect_literal_dollars(loop.words))  # `'$V'` is the word $V (3.1.2.2)
         values = loop_values(words, condition_expander(self.undecidable, self.expand), self.args(),
-                             MAX_TOTAL_PASSES - self.passes)
+                             MAX_TOTAL_PASSES - self.passes, self.fields)  # split at IFS (3.5.7)
         if values is None or set(UNSET_REF.findall(words)) & set(self.arrays):  # `$L`: an array's first item
             return None
         kept = _kept_state(self) if any(_LOOP_EXIT.search(line.text) for line in loop.body) else None

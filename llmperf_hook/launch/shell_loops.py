@@ -111,10 +111,11 @@ def brace_expanded(words: list[str], quoted: list[bool]) -> tuple[list[str], lis
 
 
 def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[str],
-                budget: int = MAX_TOTAL_PASSES) -> list[str] | None:
+                budget: int = MAX_TOTAL_PASSES, fields: Callable[[str], list[str]] = str.split) -> list[str] | None:
     """The words `for NAME in WORDS` runs its body for, as bash expands them (`args`: the arguments "$@" gives); None
     where only running the script tells (a command substitution, a glob, a variable llmperf does not know: `expand`
-    gives None) or there are more than MAX_PASSES, or than the script's passes left (`budget`)."""
+    gives None) or there are more than MAX_PASSES, or than the script's passes left (`budget`). `fields`: the field
+    splitting at the script's IFS (ShellVariables.fields)."""
     if "$(" in words or "`" in words:
         return None
     try:
@@ -129,7 +130,7 @@ def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[
             if any("$" in arg or "`" in arg for arg in args):
                 return None
             if not any_quote:  # `$@`, `$*`: the arguments, split again at blanks
-                out.extend(" ".join(args).split())
+                out.extend(field for arg in args for field in fields(arg))
             else:  # `"$@"`: one word per argument, blanks kept; `"$*"`: one word, the arguments joined by a blank
                 out.extend(args if "@" in word else [" ".join(args)])
             continue
@@ -145,7 +146,7 @@ def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[
             if value is None or (unquoted is not False and any(c in value for c in "*?[")) or \
                     (unquoted is False and any(c in braced for c in "*?[")):
                 return None
-            out.extend(value.split() if unquoted is not False else [value])
+            out.extend(fields(value) if unquoted is not False else [value])
     return out if len(out) <= min(MAX_PASSES, budget) else None
 
 

@@ -246,13 +246,15 @@ def _operator_word(word: str, value_of: Callable[[str], str | None]) -> str | No
 
 
 def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args: Sequence[str],
-                         unknown: AbstractSet[str] = frozenset(), unset: AbstractSet[str] = frozenset()) -> str:
+                         unknown: AbstractSet[str] = frozenset(), unset: AbstractSet[str] = frozenset(),
+                         split: Callable[[str], list[str]] = str.split) -> str:
     """The command with each word that is one unquoted `$NAME` / `${NAME}` / `$1` / `$@` of known value (`value_of`;
     None: not known, left as written) replaced by the fields bash splits it into (3.5.7 Word Splitting: an empty
     value gives no word, `--save $CHECKPOINT_PATH` without $1 is `--save` alone; `--dataset_names $DATA` gives one
     word per name), and a `"$@"` word by the script's arguments `args`, one word each (3.4.2 Special Parameters).
     A name in `unknown` (set so that only running the script tells) stays as written, `${NP:-8}` too: NP may be set;
-    a plain `$NAME` of one in `unset` (the script unset it) gives no word."""
+    a plain `$NAME` of one in `unset` (the script unset it) gives no word. `split`: the field splitting at the
+    script's IFS (ShellVariables.fields); `$@` / `$*` split each argument apart."""
     if "$" not in text:
         return text
     outside, _, end = _scan(text)
@@ -268,7 +270,9 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
             return found.group(0) if word is None else word
         if found.group(2):
             value = _with_operator(value, found.group(2), "")
-        return found.group(0) if value is None else shlex.join(value.split())
+        if value is not None and (found.group(1) or found.group(4)) in ("@", "*") and not found.group(2):
+            return shlex.join([field for arg in args for field in split(arg)])
+        return found.group(0) if value is None else shlex.join(split(value))
 
     def each_arg(found: re.Match[str]) -> str:
         """One word per argument, the text before `"$@"` in its word (`pre"$@"`, `"pre $@"`) joined to the first and
@@ -295,6 +299,8 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         if at >= end or not outside[at] or _unsplit_word(text, outside, at) or \
                 text.count("$(", 0, at) > text.count(")", 0, at) or text.count("`", 0, at) % 2:
             return found.group(0)
+        if split is not str.split:  # a script-set IFS: each argument's fields (a field at the argument's edge is not
+            return " ".join(shlex.join(split(arg)) for arg in args if split(arg))  # glued to the text beside it)
         return _unquoted_fields(args)
 
     text = _QUOTED_ALL.sub(each_arg, text)

@@ -11,7 +11,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.brace_expansion import brace_expand
@@ -20,6 +20,7 @@ from llmperf_hook.launch.shell_associative import (ASSOCIATIVE_DECLARE, assign_p
                                                    expand_items, forget, index_of, placed, placed_at, present)
 from llmperf_hook.launch.shell_conditions import ASSIGNMENT_WORD
 from llmperf_hook.launch.shell_positional import expand_positional
+from llmperf_hook.launch.shell_read import DEFAULT_IFS, ifs_fields
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars,
                                               quoted_words, shell_split, word_quoting)
 from llmperf_hook.launch.sizing import PRICED_ENV
@@ -187,9 +188,16 @@ class ShellVariables:
         unless `record` is False (a look at a command that may not be the launch). bash runs the command being read,
         so a `${NAME:=word}` in it assigns NAME (expand_env_refs), unless `assign` is False: what a command's child
         process expands (a here-document's body)."""
-        text = expand_positional(text, self.positional)
-        return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {}, self.undecidable,
-                               assign=assign, unset=self.surely_unset() if self.removed else frozenset())
+        text = expand_positional(text, self.positional_for(text))
+        default_ifs = "IFS" in text and "IFS" not in self.env and "IFS" not in self.removed
+        if default_ifs:  # bash starts with IFS set to <space><tab><newline> (variables.c): `OLD=$IFS` keeps that
+            self.env["IFS"] = DEFAULT_IFS
+        try:
+            return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {}, self.undecidable,
+                                   assign=assign, unset=self.surely_unset() if self.removed else frozenset())
+        finally:
+            if default_ifs and self.env.get("IFS") == DEFAULT_IFS:
+                del self.env["IFS"]
 
     def expand_for_effects(self, words: list[str]) -> None:
         """Expand the words of a command llmperf reads no further (`echo "${TP:=2}"`, `mkdir -p ${OUT:=out}`) for the
@@ -269,10 +277,10 @@ class ShellVariables:
                     out.extend([word] if braced is None else braced)
                     continue
                 if word in ("$@", "${@}"):  # `ARGS=("$@")`: one element per argument (bash manual 3.4.2)
-                    out.extend(field for arg in self.args() for field in (arg.split() if unquoted else [arg]))
+                    out.extend(field for arg in self.args() for field in (self.fields(arg) if unquoted else [arg]))
                     continue
                 value = self.expand(word)
-                out.extend(value.split() if unquoted is True else [value])
+                out.extend(self.fields(value) if unquoted is True else [value])
         return out
 
     def expand_arrays(self, text: str) -> str:
@@ -292,7 +300,7 @@ class ShellVariables:
             elements = present(slots)
             elements = elements[:int(length)] if length is not None else elements
             if not quoted:
-                known = shlex.join([field for element in elements for field in element.split()])
+                known = shlex.join([field for element in elements for field in self.fields(element)])
             else:
                 known = shlex.join(elements) if subscript == "@" else shlex.quote(self.star_joined(elements))
             return f"{found.group(0)} {known}" if name in self.unknown_heads else known
@@ -320,8 +328,29 @@ class ShellVariables:
         elements = listed[start:] if start >= 1 or int(offset) == 0 else []
         elements = elements[:int(length)] if length is not None else elements
         if not quoted:
-            return shlex.join([field for element in elements for field in element.split()])
+            return shlex.join([field for element in elements for field in self.fields(element)])
         return shlex.join(elements) if subscript == "@" else shlex.quote(self.star_joined(elements))
+
+    def fields(self, value: str) -> list[str]:
+        """An unquoted expansion's value split into words at the script's IFS (bash manual 3.5.7 Word Splitting: its
+        characters delimit fields, runs of IFS white space count once and go at the ends, `IFS=` splits nothing and
+        an unset IFS is `<space><tab><newline>`; shell_read.ifs_fields). bash does not take IFS from its environment
+        (variables.c initialize_shell_variables sets it), so only the script's own IFS counts."""
+        ifs = self.env.get("IFS", DEFAULT_IFS)
+        if ifs == DEFAULT_IFS:
+            return value.split()
+        return ifs_fields(value, ifs, None) if value else []
+
+    def positional_for(self, text: str) -> dict[str, str]:
+        """The positional parameters `text` expands: `"$*"` joined at the first character of the script's IFS (bash
+        manual 3.4.2), not at a blank, where the script set one."""
+        if ("$*" in text or "${*" in text) and self.env.get("IFS", DEFAULT_IFS) != DEFAULT_IFS:
+            return {**self.positional, "*": self.star_joined(self.args())}
+        return self.positional
+
+    def splitter(self) -> Callable[[str], list[str]]:
+        """fields, or str.split itself where IFS is bash's default (so that callers keep their own blank rules)."""
+        return str.split if self.env.get("IFS", DEFAULT_IFS) == DEFAULT_IFS else self.fields
 
     def star_joined(self, elements: list[str]) -> str:
         """`"${A[*]}"`, `"${*:2}"`: one word, the elements joined with the first character of IFS (a blank where IFS is

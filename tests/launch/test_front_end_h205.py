@@ -92,3 +92,38 @@ def test_nounset_array_subscripts(name: str, args: list[str], tmp_path: Path, mo
     """`${A[j]}` in the launch line was priced as the text `${A[j]}` (j appeared bare there, so it counted as written);
     `${A[$1+1]}` was not followed under set -u."""
     _same_as_bash(NOUNSET_SUBSCRIPTS[name], args, tmp_path, monkeypatch)
+
+
+IFS = {  # bash manual 3.5.7 Word Splitting, 4.2 `read`, 3.4.2 (`$*`); bash starts with IFS=<space><tab><newline>
+    "read_into_an_array": f"LIST=a,b,c\nIFS=, read -ra P <<< \"$LIST\"\n{T} --xx ${{P[1]}} --cnt ${{#P[@]}}\n",
+    "read_blanks_kept": f"LIST='a b,c d'\nIFS=, read -ra PARTS <<< \"$LIST\"\n{T} --vals \"${{PARTS[@]}}\"\n",
+    "set_positional": "X=a:b:c\nIFS=:\nset -- $X\n" + T + " --xx $2 --cnt $#\n",
+    "set_positional_on_one_line": "X=a:b:c\nIFS=: ; set -- $X\n" + T + " --xx $2 --cnt $#\n",
+    "unquoted_variable": f"X=a,b\nIFS=,\n{T} --vals $X\n",
+    "array_words": f"X=a,b,c\nIFS=,\nA=($X)\n{T} --cnt ${{#A[@]}} --vals \"${{A[@]}}\"\n",
+    "saved_and_restored": f"X=a,b,c\nOLD=$IFS\nIFS=,\nA=($X)\nIFS=$OLD\nY='p q'\n{T} --cnt ${{#A[@]}} --vals $Y\n",
+    "saved_quoted_then_a_loop": (f"X='a b'\nOLD_IFS=\"$IFS\"\nIFS=,\nIFS=\"$OLD_IFS\"\nfor v in $X; do Y+=\"<$v>\"; "
+                                 f"done\n{T} --vals $X --yy $Y\n"),
+    "default_value": f"Y=\"[$IFS]\"\n{T} --yy \"${{#Y}}\"\n",
+    "star_joins_with_its_first": f"A=(a b c)\nIFS=,\n{T} --vals \"${{A[*]}}\" --xx \"$*\"\n",
+    "local_in_a_function": f"f() {{ local IFS=,; A=($1); }}\nf a,b,c\nX='x y'\n{T} --cnt ${{#A[@]}} --vals $X\n",
+    "for_loop_words": f"X=a:b\nIFS=:\nfor p in $X; do Y+=\"<$p>\"; done\n{T} --xx $Y\n",
+    "unset": f"X='a b'\nIFS=,\nunset IFS\n{T} --vals $X\n",
+    "empty": f"X='a b'\nIFS=\n{T} --vals $X\n",
+    "newline": f"X='a b\nc'\nIFS=$'\\n'\nA=($X)\n{T} --cnt ${{#A[@]}}\n",
+    "white_and_other": f"X=' a , b ,,c '\nIFS=' ,'\nA=($X)\n{T} --cnt ${{#A[@]}} --vals \"${{A[@]}}\"\n",
+    "only_for_one_command": f"X='a b'\nIFS=, true\n{T} --vals $X\n",
+    "in_a_subshell": f"X=a,b\n(IFS=,)\n{T} --vals $X\n",
+    "a_path_with_blanks": f"IFS=:\nD='1 a:2 b'\n{T} --data-path $D\n",
+    "function_arguments": f"IFS=,\nf() {{ {T} --cnt $# --vals $@; }}\nX=a,b\nf $X c\n",
+    "unquoted_arguments": f"IFS=,\n{T} --vals $@ --tl $*\n",
+    "quoted_arguments": f"IFS=,\n{T} --vals \"$@\"\n",
+    "arguments_in_a_word": f"IFS=,\n{T} --vals x$@y\n",
+}
+
+
+@pytest.mark.parametrize("name", IFS)
+def test_the_script_s_ifs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unquoted expansions were split at blanks whatever IFS the script set (`IFS=,; A=($X)` one element), and a loop
+    over them was read once, its values unknown."""
+    _same_as_bash(IFS[name], ["a,b", "c d"], tmp_path, monkeypatch)
