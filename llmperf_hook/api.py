@@ -241,12 +241,19 @@ def _measured_device(doc: Mapping[str, Any]) -> str | None:
 
 
 def _measured_here(doc: Mapping[str, Any]) -> bool:
-    """Whether this host measured the file's network, or the file does not say (written before hosts were kept)."""
+    """Whether this machine measured the file's network (its host name, or its boot id: a container restarted under
+    a new host name on the same machine, profile/machine_identity.py), or the file does not say (written before
+    hosts were kept)."""
     import socket
+
+    from llmperf_hook.profile.machine_identity import machine_id
 
     measured_on = doc.get("measured_on")
     hosts = measured_on.get("hosts") if isinstance(measured_on, dict) else None
-    return not isinstance(hosts, list) or socket.gethostname() in [str(h) for h in hosts]
+    if not isinstance(hosts, list) or socket.gethostname() in [str(h) for h in hosts]:
+        return True
+    machines = measured_on.get("machines")
+    return isinstance(machines, list) and machine_id() in [str(m) for m in machines]
 
 
 def profile_device(hardware: str) -> str | None:

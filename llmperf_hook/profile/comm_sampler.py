@@ -31,6 +31,7 @@ import yaml
 from llmperf_hook.errors import UsageError
 from llmperf_hook.profile.comm_fit import CommSamples, fit_comm_model
 from llmperf_hook.profile.comm_model import write_comm_model
+from llmperf_hook.profile.machine_identity import machine_id
 from llmperf_hook.profile.op_sampler import trimmed_mean
 from llmperf_hook.resources import llmperf_home
 
@@ -75,16 +76,6 @@ def _layouts(world: int, local: int) -> list[tuple[str, list[int], int, int]]:
         if (nodes, local) != (2, 1):  # else the same two ranks as the pair: timed twice, pooled as one layout
             out.append(("whole job", list(range(world)), nodes, local))
     return out
-
-
-def machine_id() -> str:
-    """This machine: the kernel's boot id (one per booted kernel, shared by the containers on it), else the host."""
-    import socket
-
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or socket.gethostname()
-    except OSError:
-        return socket.gethostname()
 
 
 def same_machine_note(machines: Sequence[str], local: int) -> str | None:
@@ -228,7 +219,8 @@ def _sample_and_fit(dist, req: CommRequest, device: str) -> CommResult:
     if note:
         notes.append(note)
     return _write(dist, req, samples, notes, labels, device, rounds={k: v for k, v in rounds.items() if v},
-                  hosts=tuple(sorted({host for _, host in machines})))
+                  hosts=tuple(sorted({host for _, host in machines})),
+                  machines=tuple(sorted({machine for machine, _ in machines})))
 
 
 def quietest_round(runs: Sequence[Sequence[float]]) -> np.ndarray:
@@ -237,7 +229,8 @@ def quietest_round(runs: Sequence[Sequence[float]]) -> np.ndarray:
 
 
 def _write(dist, req: CommRequest, samples: list[CommSamples], notes: list[str], labels: list[str],
-           device: str, rounds: dict | None = None, hosts: Sequence[str] = ()) -> CommResult:
+           device: str, rounds: dict | None = None, hosts: Sequence[str] = (),
+           machines: Sequence[str] = ()) -> CommResult:
     n = sum(len(s.time_s) for s in samples)
     if dist.get_rank() != 0:
         return CommResult(None, n, tuple(labels), tuple(notes))
@@ -255,7 +248,7 @@ def _write(dist, req: CommRequest, samples: list[CommSamples], notes: list[str],
     notes += [_fit_line(fit) for fit in model.layouts]
     if model.provenance.get("rejected_layouts"):
         notes.append(f"not fitted: {model.provenance['rejected_layouts']}")
-    cluster_yaml = _ensure_cluster_yaml(req.cluster_name, model, device, dist.get_world_size(), hosts)
+    cluster_yaml = _ensure_cluster_yaml(req.cluster_name, model, device, dist.get_world_size(), hosts, machines)
     if cluster_yaml is not None:
         notes.append(f"wrote {cluster_yaml}: `--cluster {req.cluster_name}` now names this machine (edit it for "
                      f"a larger cluster of the same nodes)")
@@ -316,10 +309,12 @@ def check_message_sizes(req: CommRequest, local_ranks: int, memory_bytes: int) -
                          f"here. Give a --max-bytes of at most {memory_bytes / 6 / local_ranks:.3g}.")
 
 
-def _ensure_cluster_yaml(name: str, model: Any, device: str, world: int, hosts: Sequence[str] = ()) -> Path | None:
+def _ensure_cluster_yaml(name: str, model: Any, device: str, world: int, hosts: Sequence[str] = (),
+                         machines: Sequence[str] = ()) -> Path | None:
     """$LLMPERF_HOME/clusters/NAME.yaml describing the measured machine, when NAME is no cluster yet (so the
     `--cluster NAME` that uses the comm model also resolves); an existing cluster file is never touched. It records
-    what it measured on (`measured_on`: the device as profile fingerprints name it, and the ranks' hosts), so that
+    what it measured on (`measured_on`: the device as profile fingerprints name it, the ranks' hosts and their
+    machines' boot ids, machine_identity.py: a container restarted under a new host name is still here), so that
     predict assumes it for a profile of that device whatever its --name, on those hosts first (api.assumed_cluster:
     two machines of one CPU model sharing an $LLMPERF_HOME have one profile name but not one network)."""
     from llmperf_hook.hardware.load import find_config_file
@@ -344,7 +339,8 @@ def _ensure_cluster_yaml(name: str, model: Any, device: str, world: int, hosts: 
                           f"--comm` ({world} ranks); collectives use the fitted comm model of the same name",
            "sources": f"all-reduce alpha-beta fits, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
            "measured_on": {"device": lh.fingerprint(device, 1)["device"],
-                           "hosts": list(hosts) or [socket.gethostname()]}}
+                           "hosts": list(hosts) or [socket.gethostname()],
+                           "machines": list(machines) or [machine_id()]}}
     path = llmperf_home() / "clusters" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

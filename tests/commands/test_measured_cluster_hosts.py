@@ -1,5 +1,6 @@
-"""The cluster file `llmperf profile --comm` writes says what it measured on (`measured_on: {device, hosts}`), and
-predict assumes it for a profile of that device whatever its --name, those hosts' first (api.assumed_cluster;
+"""The cluster file `llmperf profile --comm` writes says what it measured on (`measured_on: {device, hosts,
+machines}`), and predict assumes it for a profile of that device whatever its --name, those machines' first
+(api.assumed_cluster;
 R75's notes: the file named the default profile name, so `--name my-cpu` never found its network, and two hosts of
 one CPU model sharing an $LLMPERF_HOME shared one network). Old files without it are read as before."""
 
@@ -95,3 +96,33 @@ def test_resolve_command_scans_the_cluster_folder_once(tmp_path, monkeypatch) ->
     monkeypatch.setattr(api, "_cluster_docs", lambda folder: scans.append(folder) or real(folder))
     job, _, spec, notes = api.resolve_command(GPT4, {}, hardware="my-cpu")
     assert (spec.name, spec.gpus_per_node) == ("my-box", 4) and len(scans) == 1
+
+
+def test_a_container_restarted_under_a_new_hostname_keeps_its_own_network(tmp_path, monkeypatch) -> None:
+    """A file measured on this machine before its container got a new hostname (docker: the container id) is still
+    this machine's by its boot id (profile/machine_identity.py), so it is chosen over a newer file another machine
+    measured and its calibrations stay under one cluster name; without the boot id the newer one was taken."""
+    import os
+
+    from llmperf_hook.profile.machine_identity import machine_id
+
+    here = {"device": CPU, "hosts": ["3f2a9c1b7d0e"], "machines": [machine_id()]}  # the old container's name
+    _home(tmp_path, monkeypatch, {
+        "mine": {"gpu": "my-cpu", "measured_on": here},
+        "theirs": {"gpu": "my-cpu", "measured_on": {"device": CPU, "hosts": ["host-b"], "machines": ["another-boot"]}}})
+    os.utime(tmp_path / "clusters" / "mine.yaml", (1, 1))  # the other machine's file is the newer one
+    spec, notes = resolve_cluster(None, "my-cpu")
+    assert spec.name == "mine" and "other hosts" not in notes[0], notes
+
+
+def test_profile_comm_records_the_machines_it_measured_on(tmp_path, monkeypatch) -> None:
+    from llmperf_hook.profile import comm_sampler
+    from llmperf_hook.profile.machine_identity import machine_id
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+
+    class Model:
+        layouts = ()
+
+    path = comm_sampler._ensure_cluster_yaml("box", Model(), "cpu", 1)
+    assert yaml.safe_load(path.read_text())["measured_on"]["machines"] == [machine_id()]

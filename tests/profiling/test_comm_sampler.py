@@ -178,7 +178,8 @@ def test_rounds_are_interleaved_and_the_quietest_is_fitted(monkeypatch: pytest.M
     captured = {}
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setattr(comm_sampler, "_measure_layout", measure)
-    monkeypatch.setattr(comm_sampler, "_write", lambda dist, req, samples, notes, labels, device, rounds=None, hosts=():
+    monkeypatch.setattr(comm_sampler, "_write",
+                        lambda dist, req, samples, notes, labels, device, rounds=None, hosts=(), machines=():
                         captured.update(samples=samples, notes=notes, rounds=rounds, hosts=hosts))
     req = CommRequest("c", num_sizes=3, collectives=("allreduce", "allgather", "reducescatter"), rounds=3)
     comm_sampler._sample_and_fit(FakeDist(), req, "cpu")
@@ -233,4 +234,5 @@ def test_the_cluster_file_says_what_it_measured_on(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(comm_sampler, "_local_hardware_name", lambda device: "my-cpu")
     path = comm_sampler._ensure_cluster_yaml("mybox", _model("mybox"), "cpu", 4, ("node-a", "node-b"))
     doc = yaml.safe_load(path.read_text())
-    assert doc["gpu"] == "my-cpu" and doc["measured_on"] == {"device": "Test CPU 9000", "hosts": ["node-a", "node-b"]}
+    assert doc["gpu"] == "my-cpu" and doc["measured_on"] == {"device": "Test CPU 9000", "hosts": ["node-a", "node-b"],
+                                                             "machines": [comm_sampler.machine_id()]}
