@@ -6,6 +6,7 @@ replaces DDP and a ds_config optimizer replaces --optim.
 
 from __future__ import annotations
 
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.trainer_optimizer import TRAINER_OPTIM_IMPLS
 from llmperf_hook.provenance import Source, SourceKind
@@ -65,3 +66,12 @@ def trainer_warnings(flags: FlagValues) -> list[str]:
         out.append(f"{flags.seen_flags['auto_find_batch_size']}: priced at the starting per-device batch; after an "
                    "out-of-memory error the Trainer retries with a smaller one (accelerate find_executable_batch_size)")
     return out
+
+
+def check_trainer_precision(flags: FlagValues) -> None:
+    """TrainingArguments refuses both half precisions at once (transformers training_args.py _validate_args: 'At most
+    one of fp16 and bf16 can be True, but not both'), under DeepSpeed, FSDP or plain DDP alike."""
+    if flags.get("fp16") and flags.get("bf16"):
+        raise ConfigError(f"{flags.seen_flags['fp16']} with {flags.seen_flags['bf16']}: the Hugging Face Trainer's "
+                          "TrainingArguments raises 'At most one of fp16 and bf16 can be True, but not both' "
+                          "(training_args.py). Keep one.")

@@ -155,3 +155,14 @@ def test_accelerate_config_file_auto_precision(script: str, mixed: str, flags: l
     else:
         assert code == 0, err
         assert got["precision"] == precision
+
+
+@pytest.mark.parametrize("launch", [["deepspeed", "--num_gpus", "8"], ["torchrun", "--nproc-per-node", "8"]])
+def test_trainer_fp16_with_bf16_exits_2(launch: list[str], tmp_path: Path, capsys, monkeypatch) -> None:
+    """TrainingArguments._validate_args (transformers training_args.py): 'At most one of fp16 and bf16 can be True, but
+    not both'. llmperf priced `run_clm.py --fp16 --bf16` as bf16 (ds "auto" sections, or plain DDP)."""
+    command = [*launch, "run_clm.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf", "--do_train", "--output_dir",
+               "out", "--per_device_train_batch_size", "4", "--block_size", "1024", "--fp16", "--bf16",
+               *(["--deepspeed", "ds.json"] if launch[0] == "deepspeed" else [])]
+    code, _, err = _explain(tmp_path, AUTO_PRECISION, command, capsys, monkeypatch)
+    assert code == 2 and "At most one of fp16 and bf16" in err, err
