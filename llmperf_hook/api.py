@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.graph.build import build_graph
+from llmperf_hook.graph.build import GraphMemo, build_graph
 from llmperf_hook.hardware.load import load_cluster, load_hardware
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.launch.parsed_job import ParsedJob
@@ -72,9 +72,11 @@ def mfu_bound(gpu: HardwareSpec) -> tuple[float, str]:
     return IMPLAUSIBLE_MFU, "what any published training run reaches (about 55 % at best)"
 
 
-def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = False) -> StepEstimate:
-    """Stages [3]-[5] for one configuration: pure, memoised per op, a few milliseconds."""
-    graph = build_graph(cfg, cluster)
+def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = False,
+                   graphs: GraphMemo | None = None) -> StepEstimate:
+    """Stages [3]-[5] for one configuration: pure, memoised per op, a few milliseconds. `graphs`: graphs built
+    for earlier configurations (predict --batch keeps one for the batch: graph/build.GraphMemo)."""
+    graph = build_graph(cfg, cluster, graphs)
     times = predict_op_times(graph, cluster, cfg.precision)
     step = compose_step(graph, dict(times.seconds), cfg, detail=detail, host_per_op_s=cluster.host_overhead_per_op_s)
     memory = estimate_memory(cfg, graph, cluster)
@@ -322,11 +324,11 @@ def _oversubscribed_node_note(job: ParsedJob, spec: ClusterSpec) -> str:
 
 def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
                     hardware: str | None = None, overrides: JobOverrides = JobOverrides(),
-                    detail: bool = False, measured: bool = False) -> Prediction:
-    """Stages [1]-[5] for a launch command (without the leading `llmperf`); see resolve_command."""
+                    detail: bool = False, measured: bool = False, graphs: GraphMemo | None = None) -> Prediction:
+    """Stages [1]-[5] for a launch command (without the leading `llmperf`); see resolve_command and predict_config."""
     job, cfg, spec, notes = resolve_command(argv, env, cluster=cluster, hardware=hardware, overrides=overrides,
                                             measured=measured)
-    estimate = predict_config(cfg, spec, detail=detail)
+    estimate = predict_config(cfg, spec, detail=detail, graphs=graphs)
     return Prediction(job=job, config=cfg, estimate=estimate, cluster=spec,
                       warnings=tuple(job.warnings) + tuple(cfg.warnings) + notes)
 

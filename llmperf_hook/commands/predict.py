@@ -208,9 +208,11 @@ def join_continued_lines(lines: list[str]) -> list[tuple[int, str]]:
     return out
 
 
-def predict_batch_line(line: str, defaults: dict[str, Any], clusters: dict[tuple, Any]) -> tuple[Any, str | None] | None:
+def predict_batch_line(line: str, defaults: dict[str, Any], clusters: dict[tuple, Any],
+                       graphs: Any = None) -> tuple[Any, str | None] | None:
     """One batch line -> (prediction, the line's --id or None); None for a blank or comment line. `clusters`
-    memoises (cluster, hardware) -> (spec, warnings, measured: api.assumed_cluster)."""
+    memoises (cluster, hardware) -> (spec, warnings, measured: api.assumed_cluster), `graphs` the batch's graphs
+    (graph/build.GraphMemo)."""
     from llmperf_hook import api
 
     parsed = parse_batch_line(line, defaults)
@@ -225,7 +227,7 @@ def predict_batch_line(line: str, defaults: dict[str, Any], clusters: dict[tuple
     if opts["cluster"]:  # a named cluster sizes 'every GPU of the node'; the assumed default does not
         job_overrides = replace(job_overrides, cluster_gpus_per_node=spec.gpus_per_node)
     pred = api.predict_command(argv, dict(os.environ), cluster=spec, hardware=None, overrides=job_overrides,
-                               measured=measured)  # its ranks per node kept on one node, as predict does
+                               measured=measured, graphs=graphs)  # its ranks per node kept on one node, as predict does
     if notes:
         pred = replace(pred, warnings=pred.warnings + notes)
     return pred, opts.get("id")
@@ -270,9 +272,13 @@ def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
     failures = total = 0
     out = sys.stdout
     clusters: dict[tuple, Any] = {}
-    with working_directory(folder):
+    from llmperf_hook.graph.build import GraphMemo
+    from llmperf_hook.predict.fitted import batch_lookups
+
+    graphs = GraphMemo()  # a repeated configuration's graph is built once; profiles are found once (while unchanged)
+    with working_directory(folder), batch_lookups():
         for number, line in lines:
-            text, failed = batch_result(number, line, defaults, fmt, clusters)
+            text, failed = batch_result(number, line, defaults, fmt, clusters, graphs)
             if text is None:
                 continue
             total += 1
@@ -285,11 +291,11 @@ def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
 
 
 def batch_result(number: int, line: str, defaults: dict[str, Any], fmt: str,
-                 clusters: dict[tuple, Any]) -> tuple[str | None, bool]:
+                 clusters: dict[tuple, Any], graphs: Any = None) -> tuple[str | None, bool]:
     """(rendered result, failed) of the command starting on line `number`: JSON {"line", "id", ...prediction} or
     {"line", "id", "error"}; a table headed `== line N (id X)`. None for a blank or comment line."""
     try:
-        predicted = predict_batch_line(line, defaults, clusters)
+        predicted = predict_batch_line(line, defaults, clusters, graphs)
         if predicted is None:
             return None, False
         pred, line_id = predicted

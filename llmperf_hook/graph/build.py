@@ -267,8 +267,23 @@ def ranks_per_node(cfg: TrainingConfig, cluster: ClusterSpec) -> int:
     return cluster.ranks_per_fabric(cfg.nproc_per_node)
 
 
-def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
-    """The per-rank operator graph of one training step of `cfg` placed on `cluster`."""
+def build_graph(cfg: TrainingConfig, cluster: ClusterSpec, memo: GraphMemo | None = None) -> OpGraph:
+    """The per-rank operator graph of one training step of `cfg` placed on `cluster`. `memo`: graphs already built
+    for equal configurations (predict --batch: a repeated command's graph is built once, and its ops keep their
+    cached cost keys); only the CPU-hardware adaptation, which reads the profile's files, runs again."""
+    graph = memo.get(cfg, cluster) if memo is not None else None
+    if graph is None:
+        graph = _accelerator_graph(cfg, cluster)
+        if memo is not None:
+            memo.put(cfg, cluster, graph)
+    stages = cpu_stages(cfg, cluster, graph.stages)  # CPU hardware: one thread computes and communicates
+    if stages is graph.stages:
+        return graph
+    return replace(graph, stages=stages, model_flops_per_step=_model_flops(stages, cfg))
+
+
+def _accelerator_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
+    """build_graph before the CPU adaptation: a function of `cfg` and `cluster` alone (it reads no file)."""
     gpus_per_node = ranks_per_node(cfg, cluster)
     # The SM share is the GPU's, not the node fabric's: NCCL's ring search (src/graph/search.cc, 2026-06) gives a
     # 4-GPU NVLink mesh of SXM parts the NVSwitch node's channels. Perlmutter / HGX A100 4-GPU: 4 NVLink3 links of
@@ -281,7 +296,6 @@ def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
                         inter_node_ring_sm_share(cluster))
     memo: dict[tuple, tuple[OpBlock, ...]] = {}
     stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))
-    stages = cpu_stages(cfg, cluster, stages)  # CPU hardware: one thread computes and communicates
     b = cfg.batch
     p2p, p2p_gather = _p2p_ops(cfg, ctx, gpus_per_node)
     return OpGraph(
@@ -294,3 +308,27 @@ def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
         tokens_per_step=b.global_batch_size * cfg.model.seq_length,
         warnings=launch_order_warnings(cfg, cluster.gpu),
     )
+
+
+class GraphMemo:
+    """Graphs built so far, by configuration and cluster: `_accelerator_graph` is pure, so equal inputs build equal
+    graphs. Looked up by the configuration's hashable parts, then compared whole (`sources` is a dict, no key);
+    beyond `limit` keys the oldest is dropped."""
+
+    def __init__(self, limit: int = 64) -> None:
+        self._graphs: dict[tuple, list[tuple[TrainingConfig, ClusterSpec, OpGraph]]] = {}
+        self._limit = limit
+
+    @staticmethod
+    def _key(cfg: TrainingConfig, cluster: ClusterSpec) -> tuple:
+        return cfg.model, cfg.parallel, cfg.batch, cfg.precision, cluster.name, cluster.gpu.name
+
+    def get(self, cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph | None:
+        return next((graph for c, k, graph in self._graphs.get(self._key(cfg, cluster), ())
+                     if c == cfg and k == cluster), None)
+
+    def put(self, cfg: TrainingConfig, cluster: ClusterSpec, graph: OpGraph) -> None:
+        key = self._key(cfg, cluster)
+        if key not in self._graphs and len(self._graphs) >= self._limit:
+            del self._graphs[next(iter(self._graphs))]
+        self._graphs.setdefault(key, []).append((cfg, cluster, graph))

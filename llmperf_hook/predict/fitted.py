@@ -13,9 +13,12 @@ granularity, even one of the same size (a hand-edited peak), is a new key, where
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable, Iterator, TypeVar
 
 from llmperf_hook.predict.op_times import OpClassPredictor
 from llmperf_hook.profile.staged_folder import recover as recover_folder
@@ -24,13 +27,73 @@ from llmperf_hook.resources import configs_dir, llmperf_home
 
 def profile_dirs(name: str, *parts: str) -> list[Path]:
     """Candidate directories for NAME, user first then shipped."""
-    key = name.strip().lower()
-    roots = [llmperf_home() / "profiles"]
     try:
-        roots.append(configs_dir() / "profiles")
+        shipped: Path | None = configs_dir()
     except FileNotFoundError:
-        pass
-    return [root.joinpath(*parts, key) for root in roots]
+        shipped = None
+    return list(_profile_dirs(name.strip().lower(), parts, llmperf_home(), shipped))
+
+
+@lru_cache(maxsize=64)
+def _profile_dirs(key: str, parts: tuple[str, ...], home: Path, shipped: Path | None) -> tuple[Path, ...]:
+    """The paths alone, memoised: predict --batch asks for them several times per command (pathlib's joins cost
+    ~15 us each)."""
+    roots = [home / "profiles"] + ([shipped / "profiles"] if shipped is not None else [])
+    return tuple(root.joinpath(*parts, key) for root in roots)
+
+
+_BATCH: dict[tuple, tuple[tuple, object]] | None = None
+"""find_profile's and find_comm_model's answers inside batch_lookups(), with the stat signature they were read at."""
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def batch_lookups() -> Iterator[None]:
+    """Within: find_profile and find_comm_model answer from their previous result while every folder and metadata
+    file they read is unchanged by os.stat (mode, inode, size, mtime and ctime in ns; taken before the lookup runs,
+    so a change during it is seen next time). predict --batch looks up the same profile for each of hundreds of
+    commands (~30 stats, pathlib joins and a sha256 of profile.json: ~0.4 ms a command); a file rewritten, replaced,
+    created or removed between two commands is read again. Outside (one predict, tune) each call looks up afresh,
+    keyed by the metadata's sha256 (module docstring)."""
+    global _BATCH
+    previous, _BATCH = _BATCH, {}
+    try:
+        yield
+    finally:
+        _BATCH = previous
+
+
+def _stat_signature(paths: tuple[str, ...]) -> tuple:
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_mode, st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
+def _batch_memo(key: tuple, directories: list[Path], meta_name: str, lookup: Callable[[], T]) -> T:
+    """lookup(), or inside batch_lookups() its answer for `key` while `directories`, their parents and their
+    `meta_name` files are unchanged."""
+    if _BATCH is None:
+        return lookup()
+    paths = _watched_paths(tuple(directories), meta_name)
+    signature = _stat_signature(paths)
+    hit = _BATCH.get(key)
+    if hit is not None and hit[0] == signature:
+        return hit[1]  # type: ignore[return-value]
+    value = lookup()
+    _BATCH[key] = (signature, value)
+    return value
+
+
+@lru_cache(maxsize=64)
+def _watched_paths(directories: tuple[Path, ...], meta_name: str) -> tuple[str, ...]:
+    """Each directory's parent (a folder renamed in or out: a refit's staging), itself and its metadata file."""
+    return tuple(str(p) for d in directories for p in (d.parent, d, d / meta_name))
 
 
 def content_key(path: Path) -> str:
@@ -55,8 +118,9 @@ def _load_comm(directory: str, key: str):
 def find_profile(hardware_name: str, dtype: str) -> OpClassPredictor | None:
     """The first fitted operator profile for this hardware (user's, then shipped) that serves `dtype`, or None. A
     user profile fitted in other dtypes only (`llmperf profile --dtype fp32 --name a100-sxm4-80gb`) does not hide
-    the shipped one's bf16 / fp16 models."""
-    return next((p for p in _profiles(hardware_name) if dtype in p.meta.serves_dtypes), None)
+    the shipped one's bf16 / fp16 models. Answered once per batch while its files are unchanged (batch_lookups)."""
+    return _batch_memo(("profile", hardware_name, dtype, llmperf_home()), profile_dirs(hardware_name), "profile.json",
+                       lambda: next((p for p in _profiles(hardware_name) if dtype in p.meta.serves_dtypes), None))
 
 
 def served_dtypes(hardware_name: str) -> tuple[str, ...]:
@@ -143,8 +207,15 @@ def _fingerprint_fits_preset(name: str, hardware: object) -> bool:
 
 
 def find_comm_model(cluster_name: str) -> OpClassPredictor | None:
-    """The fitted communication model for this cluster, or None (alpha-beta fallback)."""
-    for directory in profile_dirs(cluster_name, "comm"):
+    """The fitted communication model for this cluster, or None (alpha-beta fallback); once per batch while its
+    files are unchanged (batch_lookups)."""
+    directories = profile_dirs(cluster_name, "comm")
+    return _batch_memo(("comm", cluster_name, llmperf_home()), directories, "comm_model.json",
+                       lambda: _find_comm_model(directories))
+
+
+def _find_comm_model(directories: list[Path]) -> OpClassPredictor | None:
+    for directory in directories:
         _check_not_a_file(directory, "communication model", "the cluster's alpha-beta")
         path = directory / "comm_model.json"
         if path.is_file():
