@@ -63,7 +63,7 @@ limits), testbed_setup.py (profile, comm model, cluster file, homes), testbed_ru
 rotation, the predictions and the record's header), testbed_record.py (the raw record and its passes),
 testbed_report.py (the scores), testbed_replay.py (every choice of calibration run), testbed_checks.py (the
 drift and spread checks), testbed_rescore.py (printed outputs scored again), testbed_parts.py (the recorded runs'
-parts and spreads).
+parts and spreads), testbed_jitter.py (a --replay's last lines: the record's rank jitter against the profile's).
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ from typing import Sequence
 
 from testbed_checks import drift_check, spread_check
 from testbed_configs import CLUSTER, CONFIGS, TARGETS, TestbedConfig
+from testbed_jitter import jitter_lines
 from testbed_parts import report_parts
 from testbed_record import load_record, save_record
 from testbed_report import report_record
@@ -189,6 +190,7 @@ def main() -> None:
         record = load_record(args.replay)
         record = repredicted(record, home) if args.repredict else record
         report_record(record, record_configs(record))
+        print("\n".join(jitter_lines(record, home)))  # testbed_jitter.py: the record's rank jitter vs the profile's
         return
     if args.parts:
         records = [load_record(p) for p in args.parts]
