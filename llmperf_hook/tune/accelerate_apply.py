@@ -112,8 +112,13 @@ def _config_file_setting(argv: Sequence[str], start: int) -> str | None:
     from llmperf_hook.frameworks.accelerate_plugin import CONFIG_FILE
     from llmperf_hook.launch.accelerate import parse_accelerate
 
+    from llmperf_hook.errors import UsageError
+
     exported: dict[str, str] = {}
-    parse_accelerate(argv, start, os.environ, exported)  # already parsed once by explain's path: it does not raise here
+    try:
+        parse_accelerate(argv, start, os.environ, exported)  # the user's command: parsed once by explain's path already
+    except UsageError:  # a planned --config_file copy not written yet (tune/accelerate_fsdp_apply.py): no ds_config
+        return None
     value = exported.get(CONFIG_FILE)
     return value if value and value.lower() != "none" else None
 

@@ -26,6 +26,7 @@ from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of, hf_batch_flags, split_layers
 from llmperf_hook.tune.command_string import rewrite_command_string, shell_join as _shell_join, training_words
+from llmperf_hook.tune.accelerate_fsdp_apply import plugin_checkpointing, plugin_checkpointing_off
 from llmperf_hook.tune.fsdp_config_apply import checkpointing_off, switchable_fsdp_config
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 
@@ -181,6 +182,12 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
         cmd = _shell_join(inner.argv) if words is None else rewrite_command_string(text, inner.argv)
         return TunedCommand((*argv[:k], prefix + cmd, *argv[k + 1:]), inner.new_files, inner.notes)
     base = candidate_of(base_cfg)
+    if plugin_checkpointing(base_cfg) and new.recompute != base.recompute:  # switched in accelerate's launcher
+        kept = dataclasses.replace(new, recompute=base.recompute, recompute_num_layers=base.recompute_num_layers)
+        plan = _plan_tuned_command(argv, base_cfg, kept, new_cfg, cwd, written)
+        notes = list(plan.notes)
+        out, files = plugin_checkpointing_off(plan.argv, cwd or Path.cwd(), notes)
+        return TunedCommand(argv=tuple(out), new_files={**plan.new_files, **files}, notes=tuple(notes))
     out = _split_joined(expand_flag_variables(argv))
     notes: list[str] = []
     if base_cfg.framework in MEGATRON:

@@ -25,6 +25,7 @@ from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candid
 from llmperf_hook.tune.candidate_rules import MEGATRON_FRAMEWORKS, flags_needing_distopt
 from llmperf_hook.tune.candidate_rules import rule_masks as rule_masks  # re-exported: its callers import it from here
 from llmperf_hook.tune.search_space import SearchSpace
+from llmperf_hook.tune.accelerate_fsdp_apply import plugin_checkpointing
 from llmperf_hook.tune.trainer_checkpointing import trainer_switches_checkpointing
 
 COLUMNS = ("tp", "pp", "vpp", "cp", "sp", "mbs", "rc", "rc_layers", "distopt", "zero", "ep", "etp")
@@ -189,8 +190,8 @@ def _recompute_modes(cfg: TrainingConfig, space: SearchSpace) -> tuple[str, ...]
     tune/trainer_checkpointing.py); a plain DeepSpeed or torch script decides in its own code (kept as is)."""
     if cfg.framework in MEGATRON_FRAMEWORKS:
         return space.recompute
-    if cfg.framework == "hf-deepspeed" or trainer_switches_checkpointing(cfg):
-        return tuple(m for m in space.recompute if m in ("none", "full"))
+    if cfg.framework == "hf-deepspeed" or trainer_switches_checkpointing(cfg) or plugin_checkpointing(cfg):
+        return tuple(m for m in space.recompute if m in ("none", "full"))  # accelerate's FSDP plugin's: its launcher
     return ()
 
 

@@ -30,8 +30,12 @@ result object above with error and exit_code 2 added (the changes to make by han
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+import yaml
 
 from llmperf_hook.schedule.memory_fit import verdict_words
 from llmperf_hook.tune.apply import TunedCommand
@@ -56,7 +60,8 @@ class Change:
     """None = removed."""
 
     def __str__(self) -> str:
-        prefix = "" if self.where == "argv" else "ds_config "
+        prefix = "" if self.where == "argv" else "accelerate config " if self.where.endswith((".yaml", ".yml")) \
+            else "ds_config "
         if self.new is None:
             return f"drop {prefix}{self.key}" + (f" {self.old}" if self.old else "")
         if self.old is None:
@@ -106,8 +111,24 @@ def command_changes(user_argv: Sequence[str], tuned: TunedCommand, ds_original: 
                 changes += _inline_config_changes(k, before.get(k), after.get(k)) or [
                     Change("argv", k, before.get(k), after.get(k))]
     for path, content in tuned.new_files.items():
-        changes += _key_changes(path, ds_original or {}, json.loads(content))
+        if Path(path).suffix in (".yaml", ".yml"):  # accelerate's config copy (tune/accelerate_fsdp_apply.py)
+            changes += _key_changes(path, _untuned_yaml(path), yaml.safe_load(content))
+        else:
+            changes += _key_changes(path, ds_original or {}, json.loads(content))
     return changes
+
+
+def _untuned_yaml(path: str) -> Mapping[str, Any]:
+    """The YAML file a tuned copy was made from (`acc.llmperf-tuned-2.yaml` -> `acc.yaml`, ds_config_rewrite.fresh_path's
+    names), as loaded; {} when it is gone."""
+    from llmperf_hook.tune.ds_config_rewrite import TUNED_SUFFIX
+
+    original = Path(re.sub(re.escape(TUNED_SUFFIX) + r"(-\d+)?(\.[^.]*)$", r"\2", path))
+    try:
+        data = yaml.safe_load(original.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _sides(user_argv: Sequence[str], tuned_argv: Sequence[str],
