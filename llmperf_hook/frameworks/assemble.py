@@ -17,6 +17,7 @@ from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_b
                                                        zero1_noncontiguous_release, zero3_splits_bias)
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (ACCELERATOR_FILLS, MEGATRON_SCRIPT_FILLS, check_hpz,
+                                                    check_moe_pipe_partitioning,
                                                     check_plain_deepspeed, ds_auto_batch_warnings, ds_batch, ds_optimizer,
                                                     ds_precision, hf_batch, megatron_ds_precision, merge_megatron_batch,
                                                     unfilled_batch_key_warnings)
@@ -108,6 +109,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
                               "Megatron-DeepSpeed requires PP = 1 when the pipeline engine is disabled.")
         pipeline_engine = not flags.get("no_pipeline_parallel", False) and _builds_pipeline_module(job.script,
                                                                                                parts.parallel.pp)
+        if pipeline_engine:
+            check_moe_pipe_partitioning(ds, parts.model.num_experts, parts.parallel)
         if pipeline_engine and ds.pipeline_checkpoint_interval > 0:
             # pipe/engine.py: the ds_config's interval replaces GPTModelPipe's (--checkpoint-num-layers or 0)
             recompute = replace(recompute, granularity="full", method="uniform", num_layers=ds.pipeline_checkpoint_interval)

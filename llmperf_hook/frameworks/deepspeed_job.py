@@ -17,7 +17,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.accelerate_plugin import INSERTED_GAS
 from llmperf_hook.frameworks.deepspeed_config import AUTO, DsSettings, resolve_ds_batch
 from llmperf_hook.frameworks.flags import FlagValues
-from llmperf_hook.frameworks.training_config import BatchConfig, OptimizerConfig
+from llmperf_hook.frameworks.training_config import BatchConfig, OptimizerConfig, ParallelLayout
 from llmperf_hook.provenance import Source, SourceKind
 
 # deepspeed/runtime/zero/config.py defaults (elements).
@@ -149,6 +149,19 @@ def megatron_ds_precision(argv: str, ds: DsSettings, flags: FlagValues, src: dic
                     "settings (params dtype at build, loss scaling, fused-kernel choices) still apply. Make them agree.")
     src["precision"] = ds.sources[section]
     return section
+
+
+def check_moe_pipe_partitioning(ds: DsSettings, num_experts: int, parallel: ParallelLayout) -> None:
+    """Megatron-DeepSpeed's GPTModelPipe (megatron/model/gpt_model.py __init__) asserts 'Pipe and/or Grad partitioning
+    are not supported for MoE model' for an MoE model at PP > 1 and TP > 1 whose ds_config pipeline section sets
+    pipe_partitioned or grad_partitioned (it reads them with default False): DeepSpeed's PipelineEngine partitions one
+    tensor per stage boundary, and an MoE model sends two that need gradients."""
+    if ds.pipeline_partitioned_keys and num_experts > 1 and parallel.pp > 1 and parallel.tp > 1:
+        keys = " and ".join(f"pipeline.{key}" for key in ds.pipeline_partitioned_keys)
+        raise ConfigError(f"{ds.path} sets {keys} for an MoE model ({num_experts} experts) at pipeline-model-parallel-"
+                          f"size {parallel.pp} and tensor-model-parallel-size {parallel.tp}: Megatron-DeepSpeed's "
+                          "GPTModelPipe asserts 'Pipe and/or Grad partitioning are not supported for MoE model' "
+                          "(megatron/model/gpt_model.py). Set them false, or train at TP 1 or with --no-pipeline-parallel.")
 
 
 _HF_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "max_grad_norm": 1.0}

@@ -166,3 +166,19 @@ def test_trainer_fp16_with_bf16_exits_2(launch: list[str], tmp_path: Path, capsy
                *(["--deepspeed", "ds.json"] if launch[0] == "deepspeed" else [])]
     code, _, err = _explain(tmp_path, AUTO_PRECISION, command, capsys, monkeypatch)
     assert code == 2 and "At most one of fp16 and bf16" in err, err
+
+
+@pytest.mark.parametrize(("pipeline", "experts", "refused"), [
+    ({"pipe_partitioned": True}, ["--num-experts", "8", "--moe-expert-parallel-size", "2"], True),
+    ({"grad_partitioned": True}, ["--num-experts", "8", "--moe-expert-parallel-size", "2"], True),
+    ({"pipe_partitioned": False}, ["--num-experts", "8", "--moe-expert-parallel-size", "2"], False),
+    ({"pipe_partitioned": True}, [], False)])
+def test_megatron_deepspeed_moe_refuses_pipe_partitioning(pipeline: dict, experts: list[str], refused: bool,
+                                                          tmp_path: Path, capsys, monkeypatch) -> None:
+    """GPTModelPipe.__init__ (Megatron-DeepSpeed megatron/model/gpt_model.py) asserts 'Pipe and/or Grad partitioning
+    are not supported for MoE model' when an MoE model at PP > 1 and TP > 1 has the ds_config's pipeline
+    pipe_partitioned or grad_partitioned true (read with default False). llmperf priced it."""
+    config = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 0},
+              "fp16": {"enabled": True}, "pipeline": pipeline}
+    code, _, err = _explain(tmp_path, config, [*MDS, "--fp16", *experts], capsys, monkeypatch, model="")
+    assert (code, "not supported for MoE model" in err) == ((2, True) if refused else (0, False)), err
