@@ -56,6 +56,9 @@ def check_run_dir_path(path: Path) -> None:
     problem = lookup_problem(path)
     if problem:
         raise UsageError(f"run directory {str(path)!r} cannot be read: {problem}.")
+    if path.exists() and not path.is_dir():  # click's file_okay=False stops a regular file only (a FIFO, a device)
+        raise UsageError(f"run directory {str(path)!r} is not a folder. Pass the folder `llmperf run --instrument` "
+                         "printed ('records in DIR').")
 
 
 def check_has_jobs(path: Path) -> None:

@@ -226,6 +226,10 @@ def _check_run_dir(run_dir: str | None) -> None:
     problem = lookup_problem(path)
     if problem:
         raise UsageError(f"--run-dir {run_dir!r} cannot hold the run's records: {problem}.")
+    if os.pathsep in os.path.abspath(path):  # as instrument/session.prepare_run_dir refuses it, before the prediction
+        raise UsageError(f"--run-dir {run_dir!r} cannot hold the run's records: the hook's folder inside it goes on "
+                         f"the ranks' PYTHONPATH, which splits at {os.pathsep!r}, so no rank would load the hook. Pass "
+                         f"a folder whose path has no {os.pathsep!r}.")
     for part in (path, *path.parents):
         if part.exists():
             if not part.is_dir():
