@@ -127,3 +127,17 @@ def test_a_multi_node_deepspeed_launch_only_warns_of_an_entry_this_host_cannot_s
     problem, refuse = entry_verdict(["deepspeed", *launch, "only_on_workers.py", "--lr", "1"], ENV, work)
     assert refuse is refused and "only_on_workers" in problem, problem
     assert refused or "launched anyway" in problem and "hostfile's hosts" in problem
+
+
+def test_run_launches_a_multi_node_deepspeed_job_whose_script_only_the_workers_have(
+        work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """run's gate warns and goes on (a launch), where a one-host job is refused (exit 2)."""
+    from llmperf_hook.commands.run import _check_entry
+    from llmperf_hook.errors import UsageError
+
+    monkeypatch.chdir(work)
+    (work / "hosts").write_text("worker-1 slots=1\nworker-2 slots=1\n")
+    _check_entry(["deepspeed", "--hostfile", "hosts", "only_on_workers.py"], ENV, dry_run=False)
+    assert "launched anyway" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="can't open file"):
+        _check_entry(["deepspeed", "--hostfile", "hosts", "--num_nodes", "1", "only_on_workers.py"], ENV, dry_run=False)
