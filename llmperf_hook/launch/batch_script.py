@@ -146,6 +146,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     """A command read so far runs in the background (`... &`): `$!` may be set (set -u spares it from there)."""
     listed_on: bool = False
     """The command being read is followed by `&&`, `||` or `|` on its line: its failure ends no script (set -e)."""
+    errexit_ignored: bool = False
+    """The function body or sourced file being read runs where set -e is ignored (`f || true`, an `if` condition):
+    none of its commands ends the script when it fails (bash manual 4.3.1 `-e`)."""
 
     def test(self, source: str, words: list[str], tested: list[str]) -> bool | None:
         """The truth of the test `tested`, the last words of the command `words` split from `source`."""
@@ -414,6 +417,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 self.record_launch(line, words, heredoc)
             return
         if self.assign(words) or self.variable_builtin(words) or run_builtin(self, line, words):  # shift, local, ...
+            self.stop_on_failed_unset(line, words)
             return
         if words[0] == "exit" and not self.conditions.undecided and not (self.submissions or self.singles) and \
                 not _SUBSHELL_OPEN.search(line.text.split("exit")[0]):  # `( exit 1 )` ends only the subshell
@@ -450,6 +454,19 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             known = (self.undecidable | self.written | set(self.arrays)) - gone
             stop_on_nounset(text, self.env, self.positional, known, self.stops_at(line), gone)
             stop_on_unset_element(written, self, self.stops_at(line))
+
+    def stop_on_failed_unset(self, line: ScriptLine, words: list[str]) -> None:
+        """Under `set -e`, refuse an `unset` of a read-only name that surely runs where its status counts (not in a
+        test, nor before `&&` / `||`): it fails ('cannot unset: readonly variable', builtins/set.def unset_builtin
+        returns EXECUTION_FAILURE), and bash ends the script there (bash manual 4.3.1 `-e`)."""
+        counts = self.errexit and not (self.listed_on or self.errexit_ignored or self.conditions.reading())
+        if words[0] != "unset" or not self.unset_refused or not counts or not self.conditions.surely or self.launches:
+            return
+        raise UsageError(f"{self.stops_at(line)} before any launch line: {self.unset_refused} is read-only, so bash "
+                         f"prints '{self.unset_refused}: cannot unset: readonly variable', the `unset` fails and, with "
+                         "`set -e` on, bash ends the script there (bash manual 4.1 `unset`, 4.3.1 `-e`). To predict "
+                         f"the job, drop the `unset` or the `readonly` of {self.unset_refused}, or give its launch "
+                         "line after `--`.")
 
     def stops_at(self, line: ScriptLine) -> str:
         """How a refusal of a line where bash ends the script begins (script_stops): the script, line and text."""

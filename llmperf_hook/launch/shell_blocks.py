@@ -85,6 +85,7 @@ class BlockReading:
     script: str
     shell: tuple[str, str]
     listed_on: bool
+    errexit_ignored: bool
     subshell = False
     """The command being read runs in a `( ... )` subshell on its line: a `break` there ends no loop of the script
     (bash 5: "break: only meaningful in a `for', `while', or `until' loop"; the subshell's commands go on)."""
@@ -271,12 +272,12 @@ class BlockReading:
         if at + 1 >= len(words) or words[at] not in (".", "source") or self.conditions.reading() or \
                 self.conditions.in_undecided_branch() or not self.conditions.running():
             return
-        saved, listed, self.conditions = self.conditions, self.listed_on, Conditions()
-        self.listed_on = True  # set -e is off in an `if` condition, FILE's commands included (bash manual 4.3.1)
-        try:
+        saved, listed, ignored, self.conditions = self.conditions, self.listed_on, self.errexit_ignored, Conditions()
+        self.listed_on = self.errexit_ignored = True  # set -e is off in an `if` condition, FILE's commands included
+        try:  # (bash manual 4.3.1)
             self.source(self.expand(words[at + 1]), line)
         finally:
-            self.conditions, self.listed_on = saved, listed
+            self.conditions, self.listed_on, self.errexit_ignored = saved, listed, ignored
 
     def call(self, defined: Definition, args: list[str]) -> None:
         """A call of a function the script defined: its body read with the call's words as $1 ... "$@"."""
@@ -284,13 +285,14 @@ class BlockReading:
             return
         saved, self.positional = self.positional, positional_table(self.positional["0"], args)
         outer, self.path = self.path, defined.path
-        self.calling.add(defined.name)
+        ignored, self.errexit_ignored = self.errexit_ignored, self.errexit_ignored or self.listed_on  # `f || true`:
+        self.calling.add(defined.name)  # set -e is ignored in its body (bash manual 4.3.1)
         self.frames.append({})
         try:
             self.read_to_return(defined.body)
         finally:
             leave_function(self)
-            self.positional, self.path = saved, outer
+            self.positional, self.path, self.errexit_ignored = saved, outer, ignored
             self.calling.discard(defined.name)
 
 

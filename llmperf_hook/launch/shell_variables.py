@@ -162,6 +162,8 @@ class ShellVariables:
     readonly: set[str] = field(default_factory=set)
     """Names `readonly NAME` / `declare -r NAME` made read-only: `unset NAME` fails on them and they keep their value
     (bash manual 4.1 `unset`: 'Readonly variables and functions may not be unset'; builtins/set.def unset_builtin)."""
+    unset_refused: str = ""
+    """The read-only name the last `unset` failed on ('cannot unset: readonly variable'; its exit status is 1)."""
     removed: set[str] = field(default_factory=set)
     """Names `unset NAME` / `unset -v NAME` removed (bash manual 4.1 Bourne Shell Builtins, `unset`), also on a
     condition llmperf cannot decide (applied and noted, as an assignment there is), until a command the reading does
@@ -495,6 +497,7 @@ class ShellVariables:
         name (4.1: 'if there is no variable by that name, a function with that name, if any, is unset')."""
         options = "".join(word[1:] for word in words[1:] if word.startswith("-"))
         functions = getattr(self, "functions", {})  # batch_script._Reading's (BlockReading)
+        self.unset_refused = ""
         if "n" in options:
             return
         for name in (word for word in words[1:] if not word.startswith("-")):
@@ -502,7 +505,8 @@ class ShellVariables:
                 functions.pop(name, None)
                 if "f" in options:
                     continue
-            if name in self.readonly:  # 'unset: X: cannot unset: readonly variable': X keeps its value
+            if name in self.readonly:  # 'unset: X: cannot unset: readonly variable': X keeps its value, and the
+                self.unset_refused = name  # command fails (which `set -e` stops at: batch_script)
                 continue
             element = _UNSET_ELEMENT.fullmatch(name)
             if element is not None:

@@ -167,23 +167,47 @@ def _settle(reading: Any, name: str, branches: Branches, array: bool) -> None:
 
 def _merge_shell(frame: Any, reading: Any) -> None:
     """The directory, arguments and functions after the `fi` of an undecided `if`: what every way past it leaves
-    alike; where the ways leave the directory or arguments apart, the way read first's, with a warning (as for
-    flag-only branch values, launch_words); a function they define apart, either body (_either_functions). A name any
-    way exports stays exported (the reading's rule before branches were kept apart)."""
+    alike; where the ways leave the directory apart, the way read first's, with a warning (as for flag-only branch
+    values, launch_words); arguments they leave apart, undecided (_arguments_apart); a function they define apart,
+    either body (_either_functions). A name any way exports stays exported (the reading's rule before branches were
+    kept apart)."""
     ways = [*frame.ends, *([] if frame.has_else or frame.start is None else [frame.start])]
     if frame.start is None or not ways or not (frame.ends or frame.exits):
         return  # no way goes on past the `fi`, or no branch read undecided
     for name, what in _SHELL.items():
-        if any(way[name] != ways[0][name] for way in ways):
+        setattr(reading, name, ways[0][name])
+        if name == "positional" and any(way[name] != ways[0][name] for way in ways):
+            _arguments_apart(reading, [way[name] for way in ways])
+        elif any(way[name] != ways[0][name] for way in ways):
             reading.notes.append(f"the branches of an `if` llmperf cannot decide leave {what} apart; read as the "
                                  f"branch read first leaves them (bash runs one branch: if the job takes another, "
                                  "give its launch line after `--`).")
-        setattr(reading, name, ways[0][name])
     reading.functions, apart = _either_functions([way["functions"] for way in ways])
     if apart:
         reading.notes.append(f"the branches of an `if` llmperf cannot decide define {', '.join(apart)} apart; a call "
                              "past the `fi` is read as either body (bash runs the one its branch defined).")
     reading.exported |= set().union(*(way["exported"] for way in ways))
+
+
+def _arguments_apart(reading: Any, ways: list[dict[str, str]]) -> None:
+    """The script's arguments after the `fi` of an undecided `if` whose ways leave them apart (`shift` or `set --` in
+    some branch): each argument two ways leave different stays as written (`$1`, `$@`), undecided, as a variable the
+    branches set apart is (bash runs one branch, 3.2.5.2), and its ways are named where the launch reads it; `$#`
+    (a count the reading needs) is the way read first's, with a warning where it differs."""
+    merged = dict(ways[0])
+    for key in set().union(*ways) - {"0", "#"}:
+        values = [way.get(key, "") for way in ways]
+        if len(set(values)) > 1:
+            merged[key] = f"${key}" if len(key) == 1 else f"${{{key}}}"
+            said = " or ".join(dict.fromkeys(f"'{value}'" for value in values))
+            reading.unknown_at[key] = f"`shift` / `set --` in some branch ({said}), {BRANCHES}"
+            reading.undecidable.add(key)  # for launch_words, which names the arguments the launch still reads
+    reading.positional = merged
+    if len({way.get("#") for way in ways}) > 1:
+        reading.notes.append("the branches of an `if` llmperf cannot decide leave the number of the script's arguments "
+                             "($#) apart (`shift` / `set --`); $# is read as the branch read first leaves it, the "
+                             "arguments they leave apart as undecided (bash runs one branch: if the job takes another, "
+                             "give its launch line after `--`).")
 
 
 _EITHER = "[ -e /llmperf/the-branch-bash-took ]"

@@ -5,12 +5,16 @@ line."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.launch.shell_associative import hash_order
 from tests.launch.test_front_end_h197 import _same_as_bash
+from tests.launch.test_scripts_as_the_shell_runs_them import _run
 
 T = "torchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2"
 
@@ -127,3 +131,83 @@ def test_the_script_s_ifs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     """Unquoted expansions were split at blanks whatever IFS the script set (`IFS=,; A=($X)` one element), and a loop
     over them was read once, its values unknown."""
     _same_as_bash(IFS[name], ["a,b", "c d"], tmp_path, monkeypatch)
+
+
+def _both_ways(text: str, args: list[str], tmp_path: Path) -> tuple[list[str] | None, list[str] | None]:
+    """What bash launches with `text` where the file test `[ -f cfg ]` fails, and where it holds."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not installed")
+    out = []
+    for name, cfg in (("without", False), ("with", True)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "train.sh").write_text("#!/bin/bash\n" + text)
+        if cfg:
+            (folder / "cfg").write_text("")
+        out.append(_run(bash, folder / "train.sh", args, folder))
+    return out[0], out[1]
+
+
+ARGUMENTS_APART = {  # bash manual 3.2.5.2 (one branch runs), 4.1 `shift`, 4.3.1 `set --`
+    "shift_in_the_else": "if [ -f cfg ]; then :; else shift; fi\n" + T + " --hidden-size $1\n",
+    "shift_in_the_then": "if [ -f cfg ]; then shift; fi\n" + T + " --hidden-size $1\n",
+    "through_a_variable": "if [ -f cfg ]; then shift; fi\nH=$1\n" + T + " --hidden-size $H\n",
+    "set_in_one_branch": "if [ -f cfg ]; then set -- 16; fi\n" + T + " --hidden-size $1\n",
+    "processes_per_node": ("if [ -f cfg ]; then shift; fi\n"
+                           "torchrun --nproc_per_node $1 pretrain_gpt.py --num-layers 2\n"),
+}
+
+
+@pytest.mark.parametrize("name", ARGUMENTS_APART)
+def test_arguments_a_branch_shifts_are_undecided(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash launches with another `$1` depending on the test (checked: both runs below differ); the reading took the
+    branch read first with a warning, pricing one of them. Now `$1` is undecided, as a variable the branches set
+    apart: the launch line leaves it, and a refusal names what each way leaves in it."""
+    without, with_cfg = _both_ways(ARGUMENTS_APART[name], ["8", "4"], tmp_path)
+    assert without is not None and with_cfg is not None and without != with_cfg
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n" + ARGUMENTS_APART[name])
+    monkeypatch.chdir(tmp_path)
+    if name == "processes_per_node":
+        with pytest.raises(UsageError, match=r"\$1 at `shift` / `set --` in some branch \('(8|4|16)' or"):
+            parse_launch(["bash", str(script), "8", "4"], {})
+        return
+    assert parse_launch(["bash", str(script), "8", "4"], {}).script_args[-2:] == ("--hidden-size", "$1")
+
+
+ARGUMENTS_ALIKE = {  # the ways agree: read as bash reads them
+    "shift_in_both": "if [ -f cfg ]; then shift; else shift; fi\n" + T + " --hidden-size $1\n",
+    "not_read_after": "if [ -f cfg ]; then shift; fi\n" + T + " --hidden-size 8\n",
+    "an_argument_both_leave_alike": "if [ -f cfg ]; then shift; fi\n" + T + " --hidden-size $2\n",
+}
+
+
+@pytest.mark.parametrize("name", ARGUMENTS_ALIKE)
+def test_arguments_the_branches_leave_alike(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_as_bash(ARGUMENTS_ALIKE[name], ["8", "8", "8"], tmp_path, monkeypatch)
+
+
+READONLY_UNSET_ERREXIT = {  # bash manual 4.1 `unset` (a readonly name: the unset fails), 4.3.1 `-e`
+    "plain": "set -e\nreadonly X=1\nunset X\n" + T + "\n",
+    "declare_r_and_more_names": "set -e\ndeclare -r X=1\nunset -v Y X\n" + T + "\n",
+    "in_a_function": "set -e\nreadonly X=1\nf() { unset X; }\nf\n" + T + "\n",
+    "in_a_subshell": "set -e\nreadonly X=1\n(unset X)\n" + T + "\n",
+    "without_set_e": "readonly X=1\nunset X\n" + T + " --xx $X\n",
+    "after_set_plus_e": "set -e\nreadonly X=1\nset +e\nunset X\n" + T + "\n",
+    "or_true": "set -e\nreadonly X=1\nunset X || true\n" + T + "\n",
+    "subshell_or_true": "set -e\nreadonly X=1\n(unset X) || true\n" + T + "\n",
+    "function_or_true": "set -e\nreadonly X=1\nf() { unset X; }\nf || true\n" + T + "\n",
+    "and_after": "set -e\nreadonly X=1\nunset X && echo hi\n" + T + "\n",
+    "if_test": "set -e\nreadonly X=1\nif unset X; then :; fi\n" + T + "\n",
+    "negated": "set -e\nreadonly X=1\n! unset X\n" + T + "\n",
+    "in_a_pipe": "set -e\nreadonly X=1\nunset X | cat\n" + T + "\n",
+    "unset_f_of_the_name": "set -e\nreadonly X=1\nunset -f X\n" + T + "\n",
+    "undecided_branch": "set -e\nreadonly X=1\nif [ -f cfg ]; then unset X; fi\n" + T + "\n",
+}
+
+
+@pytest.mark.parametrize("name", READONLY_UNSET_ERREXIT)
+def test_set_e_and_an_unset_of_a_readonly(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the failed `unset` counts, bash stops under set -e; the reading went on and priced the launch."""
+    _same_as_bash(READONLY_UNSET_ERREXIT[name], [], tmp_path, monkeypatch)
