@@ -70,8 +70,8 @@ def _rewrite_prefix(args: list[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _rewrite_prefix(list(sys.argv[1:] if argv is None else argv))
-    pin_llmperf_home()  # before any command changes folder or starts a child
     try:
+        pin_llmperf_home()  # before any command changes folder or starts a child
         # standalone_mode=False: click returns (not raises) the code of a click.exceptions.Exit raised in a command.
         code = cli.main(args=args, prog_name="llmperf", standalone_mode=False)
     except LlmperfError as err:

@@ -43,7 +43,14 @@ def pin_llmperf_home() -> None:
     except RuntimeError:  # ~name of no user here: said by llmperf_home() if the command reads it (explain does not)
         return
     if path is not None and not path.is_absolute():
-        os.environ["LLMPERF_HOME"] = str(path.absolute())
+        try:
+            os.environ["LLMPERF_HOME"] = str(path.absolute())
+        except FileNotFoundError as err:  # os.getcwd() of a folder removed under the shell
+            from llmperf_hook.errors import UsageError
+
+            raise UsageError(f"$LLMPERF_HOME={value!r} is relative, and the working directory it would be read from "
+                             f"no longer exists ($PWD={os.environ.get('PWD', '?')!r}). `cd` into an existing folder, "
+                             "or give LLMPERF_HOME as an absolute path.") from err
 
 
 @lru_cache(maxsize=8)

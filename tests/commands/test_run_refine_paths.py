@@ -79,3 +79,12 @@ def test_a_removed_working_directory_is_bad_input(removed_cwd: Path, capsys: pyt
     code, err = _llmperf(capsys, *args)
     assert code == 2 and "internal error" not in err, err
     assert "the working directory no longer exists" in err and str(removed_cwd / "gone") in err
+
+
+def test_a_relative_llmperf_home_in_a_removed_working_directory_is_bad_input(
+        removed_cwd: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli.main pins a relative $LLMPERF_HOME against the working directory before any command: a traceback when that
+    folder was removed."""
+    monkeypatch.setenv("LLMPERF_HOME", "relative-home")
+    code, err = _llmperf(capsys, "refine", str(removed_cwd / "run"))
+    assert code == 2 and "Traceback" not in err and "$LLMPERF_HOME='relative-home' is relative" in err, err
