@@ -35,7 +35,7 @@ from llmperf_hook.frameworks.script_gelu import apply_script_gelu, hf_gelu
 from llmperf_hook.frameworks.script_shape import resolve_script_shape, script_hidden_act, script_model_type
 from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.step_flags import step_fusions
-from llmperf_hook.frameworks.trainer_flags import (check_trainer_precision, ddp_bucket_elems, optim_warnings,
+from llmperf_hook.frameworks.trainer_flags import (check_trainer_args, ddp_bucket_elems, optim_warnings,
                                                     trainer_warnings)
 from llmperf_hook.frameworks.trainer_optimizer import is_trainer_job, trainer_optimizer_fields
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
@@ -375,7 +375,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     elif ds is not None and not trainer:
         warnings += unfilled_batch_key_warnings(ds, batch, ACCELERATOR_FILLS)
     if is_trainer_job(flags, framework, not trainer):
-        check_trainer_precision(flags)
+        check_trainer_args(flags, ds is not None)
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
     # the Trainer's own optimizer (--optim), unless DeepSpeed builds a ds_config section's (frameworks/trainer_optimizer.py)

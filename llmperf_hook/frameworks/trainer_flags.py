@@ -68,10 +68,16 @@ def trainer_warnings(flags: FlagValues) -> list[str]:
     return out
 
 
-def check_trainer_precision(flags: FlagValues) -> None:
-    """TrainingArguments refuses both half precisions at once (transformers training_args.py _validate_args: 'At most
-    one of fp16 and bf16 can be True, but not both'), under DeepSpeed, FSDP or plain DDP alike."""
+def check_trainer_args(flags: FlagValues, deepspeed: bool) -> None:
+    """What the Hugging Face Trainer refuses at start-up: both half precisions (TrainingArguments._validate_args, 'At
+    most one of fp16 and bf16 can be True, but not both'), and --fsdp under DeepSpeed (`deepspeed`: its --deepspeed
+    or accelerate's DeepSpeed plugin; Trainer.__init__: 'Using --fsdp xxx together with --deepspeed is not possible,
+    deactivate one of those flags.'), transformers trainer.py / training_args.py."""
     if flags.get("fp16") and flags.get("bf16"):
         raise ConfigError(f"{flags.seen_flags['fp16']} with {flags.seen_flags['bf16']}: the Hugging Face Trainer's "
                           "TrainingArguments raises 'At most one of fp16 and bf16 can be True, but not both' "
                           "(training_args.py). Keep one.")
+    if deepspeed and flags.get("fsdp"):
+        raise ConfigError(f"{flags.seen_flags['fsdp']} {flags.get('fsdp')} under DeepSpeed: the Hugging Face Trainer "
+                          "raises 'Using --fsdp xxx together with --deepspeed is not possible, deactivate one of those "
+                          "flags.' (trainer.py Trainer.__init__). Drop --fsdp or the DeepSpeed config.")

@@ -182,3 +182,15 @@ def test_megatron_deepspeed_moe_refuses_pipe_partitioning(pipeline: dict, expert
               "fp16": {"enabled": True}, "pipeline": pipeline}
     code, _, err = _explain(tmp_path, config, [*MDS, "--fp16", *experts], capsys, monkeypatch, model="")
     assert (code, "not supported for MoE model" in err) == ((2, True) if refused else (0, False)), err
+
+
+@pytest.mark.parametrize(("deepspeed", "refused"), [(["--deepspeed", "ds.json"], True), ([], False)])
+def test_trainer_fsdp_under_deepspeed_exits_2(deepspeed: list[str], refused: bool, tmp_path: Path, capsys,
+                                              monkeypatch) -> None:
+    """Trainer.__init__ (transformers trainer.py): 'Using --fsdp xxx together with --deepspeed is not possible,
+    deactivate one of those flags.' llmperf priced `run_clm.py --deepspeed ds.json --fsdp full_shard` as DeepSpeed."""
+    command = ["torchrun", "--nproc-per-node", "8", "run_clm.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf",
+               "--do_train", "--output_dir", "out", "--per_device_train_batch_size", "4", "--block_size", "1024",
+               "--bf16", "--fsdp", "full_shard", *deepspeed]
+    code, _, err = _explain(tmp_path, AUTO_PRECISION, command, capsys, monkeypatch)
+    assert (code, "together with --deepspeed is not possible" in err) == ((2, True) if refused else (0, False)), err
