@@ -12,6 +12,7 @@ gradient_accumulation_steps / gradient_clipping from their variables (default "a
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
@@ -188,6 +189,17 @@ def plugin_mixed_precision(flags: FlagValues, env: Mapping[str, str], trainer: b
     if trainer and (flags.get("fp16") or flags.get("bf16")):
         return "fp16" if flags.get("fp16") else "bf16"
     return env.get("ACCELERATE_MIXED_PRECISION", "no").lower()
+
+
+def with_fp8_warning(ds: DsSettings, mixed: str) -> DsSettings:
+    """accelerate's --mixed_precision fp8 under DeepSpeed: set_mixed_precision enables the bf16 section ('When training
+    in fp8, we still rely on bf16 autocast for the core mixed precision', utils/dataclasses.py) and Accelerator swaps
+    the Linear layers for its FP8 backend's (Transformer Engine, torchao or MS-AMP): priced as bf16, warned."""
+    if mixed != "fp8":
+        return ds
+    return replace(ds, warnings=(*ds.warnings, "ACCELERATE_MIXED_PRECISION=fp8 (accelerate launch --mixed_precision "
+                                 "fp8): priced as bf16, the DeepSpeed section accelerate enables for it; the FP8 GEMMs "
+                                 "of its backend (Transformer Engine, torchao, MS-AMP) are not modelled"))
 
 
 def trainer_mixed_precision(flags: FlagValues, env: Mapping[str, str]) -> str:

@@ -17,7 +17,7 @@ from llmperf_hook.errors import ConfigError, LlmperfError
 from llmperf_hook.frameworks.accelerate_plugin import (accelerate_deepspeed, accelerate_ds_settings, accelerator_script,
                                                        mixed_precision_source, mixed_precision_sections,
                                                        plugin_config_file, plugin_mixed_precision,
-                                                       trainer_mixed_precision)
+                                                       trainer_mixed_precision, with_fp8_warning)
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.deepspeed_job import hf_accumulation_warnings
@@ -133,7 +133,7 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
     `autotuning`: deepspeed --autotuning, whose experiments write the ZeRO section themselves."""
     if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env):
         mixed = plugin_mixed_precision(flags, env, not accelerator_script(script, ()))
-        return accelerate_ds_settings(env, schema_release(env), script, mixed)
+        return with_fp8_warning(accelerate_ds_settings(env, schema_release(env), script, mixed), mixed)
     if framework == "deepspeed" and openrlhf_trainer(script):
         return parse_ds_config(openrlhf_ds_config(flags), OPENRLHF_ORIGIN, release=schema_release(env))
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
@@ -158,11 +158,12 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
                          megatron_deepspeed=framework == "megatron-deepspeed" and megatron_entry_point(script))
     if autotuning and "zero_optimization" not in raw:  # autotuner.py tune(): the user's stage, else 0, is what
         raw = {**raw, "zero_optimization": {"stage": 0}}  # each experiment's ds_config[ZERO_OPTIMIZATION] holds
-    added = None
+    added, mixed = None, "no"
     if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)
         raw = plugin_config_file(raw, env, str(path))
         # a missing fp16/bf16 section: the Trainer's --fp16/--bf16, else accelerate launch's --mixed_precision
-        added = mixed_precision_sections(raw, trainer_mixed_precision(flags, env))
+        mixed = trainer_mixed_precision(flags, env)
+        added = mixed_precision_sections(raw, mixed)
     # Megatron-DeepSpeed's entry points pass their own optimizer (FusedAdam); a user's script taking Megatron's flags
     # is read for the one it passes (the CPU testbed's torch.optim.AdamW; none: the section's), and one that cannot be
     # read is taken for Megatron-DeepSpeed's
@@ -172,7 +173,7 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
     ds = parse_ds_config(raw, str(path), client_optimizer=client, release=schema_release(env))
     if added:
         ds.sources[added] = mixed_precision_source(added, env)
-    return ds
+    return with_fp8_warning(ds, mixed)
 
 
 def _job_sources(job: ParsedJob, framework: str, src: dict[str, Source]) -> None:

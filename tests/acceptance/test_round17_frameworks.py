@@ -49,6 +49,7 @@ def test_trainer_under_accelerate_mixed_precision(mixed: str, flags: list[str], 
     assert got["precision"] == precision
     if precision != "fp32" and not flags:
         assert "ACCELERATE_MIXED_PRECISION" in got["sources"]["precision"]
+    assert any("FP8 GEMMs" in w for w in got["warnings"]) == (mixed == "fp8")  # accelerate's FP8 backends: not priced
 
 
 def test_accelerate_mixed_precision_against_the_other_dtype_exits_2(tmp_path: Path, capsys, monkeypatch) -> None:
