@@ -266,8 +266,17 @@ def ranks_on_machine(ops: Iterable[Op]) -> int:
 
 
 def synchronised_ranks(ops: Iterable[Op]) -> int:
-    """Ranks a step waits for at its collectives: the largest collective group of the job (1 without any)."""
-    return max((op.collective.group_size for op in ops if op.collective is not None), default=1)
+    """Ranks a step waits for at its collectives (1 without any): every rank its groups link it to, not only its
+    largest group. At TP 2 x DP 2 a rank waits for its TP peer inside the step, and for its DP peer, which waited
+    for its own TP peer: the step ends at the slowest of the four. So the product of the largest tensor-, data (with
+    context)- and pipeline-parallel groups, at least the largest group (expert groups lie inside them). A pipeline
+    of more than two stages counts two: its ops join adjacent stages only, and do not say how many there are."""
+    largest: dict[str, int] = {}
+    for op in ops:
+        if op.collective is not None:
+            largest[op.collective.group] = max(largest.get(op.collective.group, 1), op.collective.group_size)
+    data = largest.get("dp_cp") or largest.get("dp", 1) * largest.get("cp", 1)
+    return max(largest.get("tp", 1) * data * largest.get("pp", 1), *largest.values(), 1)
 
 
 def apply_cpu_framework_cost(seconds: dict[str, float], ops: Iterable[Op], cost: CpuFrameworkCost,

@@ -140,8 +140,9 @@ STEP_COLUMNS = 4
 
 def transport_child(dtype: str, threads: int, world_size: int, rank: int, port: int,
                     engines: Sequence[tuple[int, Shape]] = TRANSPORT_ENGINES, reps: int = ENGINE_REPS) -> None:
-    """One process of TransportReader: the (ZeRO stage, shape) `engines` at `world_size`; per "go", [[wire bytes,
-    calls, transport CPU s, process CPU s] per engine], medians of `reps` steps."""
+    """One process of TransportReader: the (ZeRO stage, shape) `engines` at `world_size`; per "go", one
+    _engine_rows row per engine: [wire bytes, calls, transport CPU s, process CPU s], medians of `reps` steps, then
+    each step's process CPU s."""
     import torch
 
     torch.set_num_threads(threads)

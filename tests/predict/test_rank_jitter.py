@@ -111,3 +111,50 @@ def test_only_the_non_collective_part_of_a_two_rank_step_grows() -> None:
     without = apply_cpu_framework_cost(base, ops, CpuFrameworkCost(2e-5, 1.0, 5e-5, 4e-9), op_id)
     assert with_term[op_id(ops[1])] == without[op_id(ops[1])] == 1e-3
     assert with_term[op_id(ops[0])] == pytest.approx(straggler_factor(0.08, 2) * without[op_id(ops[0])])
+
+
+def _graph(argv: list[str]):
+    from llmperf_hook.api import build_graph, resolve_job
+    from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec, NetworkTier
+
+    tier = NetworkTier(2e9, 5e-5)
+    cluster = ClusterSpec("c", HardwareSpec("cpu-t", {"fp32": 3e10}, 5e9, 1 << 34), 8, tier, tier)
+    return build_graph(resolve_job(argv, {})[1], cluster)
+
+
+def _megatron(ranks: int, *layout: str) -> list[str]:
+    return ["torchrun", "--nproc-per-node", str(ranks), "pretrain_gpt.py", "--num-layers", "4", "--hidden-size",
+            "256", "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
+            "--micro-batch-size", "2", "--global-batch-size", str(4 * ranks), "--vocab-size", "1024", *layout]
+
+
+@pytest.mark.parametrize("ranks,layout", [(1, ()), (2, ()), (4, ("--tensor-model-parallel-size", "2")),
+                                          (4, ("--pipeline-model-parallel-size", "2")),
+                                          (8, ("--tensor-model-parallel-size", "2", "--context-parallel-size", "2")),
+                                          (8, ("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size",
+                                               "2"))])
+def test_every_rank_of_the_job_is_waited_for_not_only_the_largest_group(ranks: int, layout: tuple[str, ...]) -> None:
+    """TP 2 x DP 2: a rank waits for its TP peer inside the step, which waits for its own DP peer: the step ends at
+    the slowest of the four (E[max of 4]), not of one group of two (R85)."""
+    assert synchronised_ranks(_graph(_megatron(ranks, *layout)).all_ops()) == ranks
+
+
+def test_a_one_rank_job_or_a_file_without_the_term_prices_no_jitter_on_a_real_graph(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.predict.dispatch import op_id
+
+    times = {}
+    for name, cv in (("with", 0.08), ("without", None)):
+        monkeypatch.setenv("LLMPERF_HOME", str(_home(tmp_path / name, cv)))
+        cost = find_cpu_framework_cost("cpu-t", "fp32")
+        for ranks in (1, 2):
+            ops = _graph(_megatron(ranks)).all_ops()
+            times[name, ranks] = (ops, apply_cpu_framework_cost({op_id(op): 1e-3 for op in ops}, ops, cost, op_id))
+    assert times["with", 1][1] == times["without", 1][1]  # one rank waits for nobody
+    ops, with_term = times["with", 2]
+    without = times["without", 2][1]
+    factor = straggler_factor(0.08, 2)
+    for op in ops:
+        grown = 1.0 if op.collective is not None else factor
+        assert with_term[op_id(op)] == pytest.approx(grown * without[op_id(op)]), op.name
+    assert any(op.collective is not None for op in ops) and any(op.collective is None for op in ops)
