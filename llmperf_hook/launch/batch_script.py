@@ -59,9 +59,9 @@ from llmperf_hook.launch.shell_function_output import function_substitution
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 from llmperf_hook.launch.subshell_state import end_subshell, forked_state
-from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, end_branch, launch_words,
-                                                    note_array_assigned, note_branch_values, settle_branches,
-                                                    start_branches)
+from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, either_command, end_branch,
+                                                    launch_words, note_array_assigned, note_branch_values,
+                                                    settle_branches, start_branches)
 from llmperf_hook.launch.undecided_options import argument_options, option_index, undecided_options
 
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
@@ -439,7 +439,10 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         elif words[0] in (".", "source") and len(words) > 1:
             self.source(self.expand(words[1]), line)
         elif words[0] == "cd" and len(words) == 2:
-            self.cwd = os.path.join(self.cwd, self.expand(words[1]))
+            folder = self.expand(words[1])
+            self.cwd = os.path.join(self.cwd, folder)
+            self.cwd_ways = tuple(way for way in dict.fromkeys(os.path.join(way, folder) for way in self.cwd_ways)
+                                  if way != self.cwd)
         else:
             self.other_command(line, text, words, writes, heredoc)
 
@@ -548,6 +551,10 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         missing there too, bash goes on without it, unless `set -e` is on and the failure counts (bash manual 4.3.1),
         and dash stops (POSIX 2.8.1: a special built-in's error ends a non-interactive shell)."""
         path = os.path.normpath(os.path.join(self.cwd, name))
+        paths = list(dict.fromkeys([path, *(os.path.normpath(os.path.join(way, name)) for way in self.cwd_ways)]))
+        if len(paths) > 1:  # a relative path from a directory undecided branches left apart: either file
+            self.read_to_return(either_command(line.number, [f". {shlex.quote(path)}" for path in paths]))
+            return
         if not os.path.isfile(path) and not self.launches:
             stops = "dash" if self.shell[0] == "dash" else "bash (`set -e` is on)" if self.errexit and \
                 not self.listed_on and not self.conditions.reading() else ""

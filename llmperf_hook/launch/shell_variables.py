@@ -126,6 +126,9 @@ class ShellVariables:
     used: dict[str, str]
     """The variables an expansion read, for `llmperf explain`."""
     cwd: str = field(default_factory=os.getcwd)
+    cwd_ways: tuple[str, ...] = ()
+    """The other directories the script may be in where undecided branches `cd` apart (undecided_branches: the
+    reading goes on in `cwd`, the way read first's, and reads a file sourced by a relative path from each)."""
     arrays: dict[str, list[str]] = field(default_factory=dict)
     assoc: dict[str, dict[str, str]] = field(default_factory=dict)
     """Associative arrays (`declare -A`), by name: their elements by key (launch/shell_associative.py)."""

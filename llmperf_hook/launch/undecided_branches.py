@@ -102,7 +102,8 @@ def end_branch(conditions: Conditions, reading: Any, text: str) -> None:
 
 
 _NEXT_BRANCH = re.compile(r"\s*(elif|else|fi)(?![\w=+-])")
-_STATE = ("env", "undecidable", "arrays", "assoc", "unknown_heads", "cwd", "exported", "positional", "functions")
+_STATE = ("env", "undecidable", "arrays", "assoc", "unknown_heads", "cwd", "cwd_ways", "exported", "positional",
+          "functions")
 """What of the script's state a branch starts from (batch_script._Reading's variables, the directory, the export
 attributes, the arguments and the functions: `then cd out; shift; f() { ...; }` is not seen by the `else`)."""
 _SHELL = {"cwd": "`cd`", "positional": "`shift` / `set --`"}
@@ -119,7 +120,8 @@ def _copied(state: dict[str, Any]) -> dict[str, Any]:
     return {"env": dict(state["env"]), "undecidable": set(state["undecidable"]),
             "arrays": {name: list(value) for name, value in state["arrays"].items()},
             "assoc": {name: dict(value) for name, value in state["assoc"].items()},
-            "unknown_heads": set(state["unknown_heads"]), "cwd": state["cwd"], "exported": set(state["exported"]),
+            "unknown_heads": set(state["unknown_heads"]), "cwd": state["cwd"], "cwd_ways": state["cwd_ways"],
+            "exported": set(state["exported"]),
             "positional": dict(state["positional"]), "functions": dict(state["functions"])}
 
 
@@ -180,8 +182,11 @@ def _merge_shell(frame: Any, reading: Any) -> None:
             _arguments_apart(reading, [way[name] for way in ways])
         elif any(way[name] != ways[0][name] for way in ways):
             reading.notes.append(f"the branches of an `if` llmperf cannot decide leave {what} apart; read as the "
-                                 f"branch read first leaves them (bash runs one branch: if the job takes another, "
-                                 "give its launch line after `--`).")
+                                 f"branch read first leaves them, but for a file sourced by a relative path, read as "
+                                 f"either (bash runs one branch: if the job takes another, give its launch line "
+                                 "after `--`).")
+    directories = dict.fromkeys(folder for way in ways for folder in (way["cwd"], *way["cwd_ways"]))
+    reading.cwd_ways = tuple(directories)[1:]
     reading.functions, apart = _either_functions([way["functions"] for way in ways])
     if apart:
         reading.notes.append(f"the branches of an `if` llmperf cannot decide define {', '.join(apart)} apart; a call "
@@ -211,6 +216,17 @@ def _arguments_apart(reading: Any, ways: list[dict[str, str]]) -> None:
 
 
 _EITHER = "[ -e /llmperf/the-branch-bash-took ]"
+
+
+def either_command(number: int, commands: list[str]) -> tuple[ScriptLine, ...]:
+    """Lines that run one of `commands`, which only running the script tells: an undecided `if` over them (a file
+    sourced from a directory the ways through an earlier undecided `if` left apart), so that what they set apart is
+    undecided past it, as the branches' own assignments are."""
+    lines: list[ScriptLine] = []
+    for k, command in enumerate(commands):
+        head = "else" if k == len(commands) - 1 else f"{'elif' if k else 'if'} {_EITHER}; then"
+        lines += [ScriptLine(number, head), ScriptLine(number, command)]
+    return (*lines, ScriptLine(number, "fi"))
 """A test llmperf does not decide (a file test): the way through an undecided `if` that a function's body stands for."""
 
 

@@ -211,3 +211,41 @@ READONLY_UNSET_ERREXIT = {  # bash manual 4.1 `unset` (a readonly name: the unse
 def test_set_e_and_an_unset_of_a_readonly(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the failed `unset` counts, bash stops under set -e; the reading went on and priced the launch."""
     _same_as_bash(READONLY_UNSET_ERREXIT[name], [], tmp_path, monkeypatch)
+
+
+_FILES = "mkdir -p d; echo H=16 > d/v.sh; echo H=32 > v.sh; echo H=64 > w.sh; cp w.sh d/w.sh\n"
+DIRECTORY_APART = {  # a file sourced by a relative path after branches `cd` apart (bash manual 4.1 `.`, `cd`)
+    "sourced_after_cd_in_one_branch": _FILES + "if [ -f cfg ]; then :; else cd d; fi\n. ./v.sh\n" + T +
+                                      " --hidden-size $H\n",
+    "then_a_relative_cd": _FILES + "if [ -f cfg ]; then :; else cd d; fi\ncd .\n. ./v.sh\n" + T +
+                          " --hidden-size $H\n",
+}
+
+
+@pytest.mark.parametrize("name", DIRECTORY_APART)
+def test_a_file_sourced_from_a_directory_branches_left_apart(name: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash reads d/v.sh or v.sh depending on the test (both runs checked); the reading read the first branch's."""
+    without, with_cfg = _both_ways(DIRECTORY_APART[name], [], tmp_path)
+    assert without is not None and with_cfg is not None and without != with_cfg
+    (tmp_path / "train.sh").write_text("#!/bin/bash\n" + DIRECTORY_APART[name])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "v.sh").write_text("H=16\n")
+    (tmp_path / "v.sh").write_text("H=32\n")
+    assert parse_launch(["bash", "train.sh"], {}).script_args[-2:] == ("--hidden-size", "$H")
+
+
+DIRECTORY_ALIKE = {
+    "both_files_alike": _FILES + "if [ -f cfg ]; then :; else cd d; fi\n. ./w.sh\n" + T + " --hidden-size $H\n",
+    "cd_in_both": _FILES + "if [ -f cfg ]; then cd d; else cd d; fi\n. ./v.sh\n" + T + " --hidden-size $H\n",
+    "cd_in_a_subshell_after": _FILES + "if [ -f cfg ]; then :; else cd d; fi\n(cd /)\n. ./w.sh\n" + T +
+                              " --hidden-size $H\n",
+    "an_absolute_cd_after": _FILES + "if [ -f cfg ]; then :; else cd d; fi\ncd /\n" + T + " --hidden-size 8\n",
+}
+
+
+@pytest.mark.parametrize("name", DIRECTORY_ALIKE)
+def test_a_file_sourced_alike_from_either_directory(name: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_as_bash(DIRECTORY_ALIKE[name], [], tmp_path, monkeypatch)
