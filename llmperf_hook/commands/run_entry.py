@@ -104,14 +104,15 @@ def find_entry(argv: Sequence[str], env: Mapping[str, str]) -> Entry | None:
         return None
     return Entry(target, module, _interpreter(words, job_env), " ".join(words[:at + 1]) + (" ..." if job.script_args
                  else ""), job_env, program=_without_python(words[1:at]),
-                 remote=job.launcher == "deepspeed" and _starts_on_other_hosts(words[:at], job.nnodes))
+                 remote=job.launcher == "deepspeed" and _starts_on_other_hosts(words[:at]))
 
 
-def _starts_on_other_hosts(launcher_words: Sequence[str], num_nodes: int) -> bool:
+def _starts_on_other_hosts(launcher_words: Sequence[str]) -> bool:
     """deepspeed/launcher/runner.py main: `multi_node_exec = (args.force_multi or len(active_resources) > 1) and not
-    args.no_ssh`; then a multi-node runner (pdsh, mpirun, srun: multinode_runner.py) starts the entry on each host
-    of the hostfile, `cd <this folder>` first, and this host opens it only when the hostfile lists it. Otherwise
-    (one host, or --no_ssh) deepspeed.launcher.launch starts it here."""
+    args.no_ssh`; then a multi-node runner (pdsh, mpirun, srun: multinode_runner.py) starts the entry on each active
+    host, `cd <this folder>` first. Otherwise (one host, or --no_ssh) deepspeed.launcher.launch starts it here, and
+    so does pdsh / mpirun on an active host that is this one (localhost, the runner's pool without a hostfile, or
+    this host's name): then its ranks fail here."""
     from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS
     from llmperf_hook.launch.options import scan_options
 
@@ -121,9 +122,34 @@ def _starts_on_other_hosts(launcher_words: Sequence[str], num_nodes: int) -> boo
         return False
     try:
         values = scan_options(launcher_words, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR).values
-    except LlmperfError:
+        hosts = _active_hosts(values)
+    except (LlmperfError, ValueError):
         return False
-    return ("force_multi" in values or num_nodes > 1) and "no_ssh" not in values
+    multi_node = ("force_multi" in values or len(hosts) > 1) and "no_ssh" not in values
+    return multi_node and not any(_is_this_host(host) for host in hosts)
+
+
+def _active_hosts(values: Mapping[str, str]) -> list[str]:
+    """runner.py main's active_resources: the hostfile's hosts (fetch_hostfile, default /job/hostfile; none: the
+    pool is `localhost`), filtered by --include/--exclude (parse_inclusion_exclusion), the first --num_nodes kept."""
+    from llmperf_hook.launch.deepspeed_launcher import DEFAULT_HOSTFILE, filter_resources, read_hostfile
+
+    path = values.get("hostfile", DEFAULT_HOSTFILE)
+    if not os.path.isfile(path):
+        return ["localhost"]
+    pool = {host: list(range(slots)) for host, slots in read_hostfile(path).items()}
+    hosts = list(filter_resources(pool, values.get("include", ""), values.get("exclude", "")))
+    nodes = int(values.get("num_nodes", "-1"))
+    return hosts[:nodes] if nodes > 0 else hosts
+
+
+def _is_this_host(host: str) -> bool:
+    """A hostfile name that is this machine for ssh: localhost, a loopback address, or this host's name (short or
+    full). Other aliases and addresses of it are not known here: their launch only warns."""
+    import socket
+
+    name = socket.gethostname()
+    return host in ("localhost", "::1", name, name.split(".")[0]) or host.startswith("127.")
 
 
 def _entry_index(words: Sequence[str], target: str, script_args: Sequence[str]) -> int | None:

@@ -5,6 +5,7 @@ folder can be made in, before it predicts (commands/run_entry.py; H184's notes: 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,10 @@ def test_a_plain_folder_named_like_an_installed_package_does_not_hide_it(work: P
     (["--hostfile", "hosts", "--num_nodes", "1"], True),  # one host: deepspeed.launcher.launch runs it here
     (["--hostfile", "one_host", "--force_multi"], False),
     (["--hostfile", "one_host"], True),
+    (["--force_multi", "--num_gpus", "1"], True),  # no hostfile: pdsh starts it on localhost, this host
+    (["--hostfile", "with_localhost"], True),  # its localhost ranks open it here and fail
+    (["--hostfile", "with_this_host"], True),
+    (["--hostfile", "with_localhost", "--exclude", "localhost"], False),
 ])
 def test_a_multi_node_deepspeed_launch_only_warns_of_an_entry_this_host_cannot_see(work: Path, launch: list[str],
                                                                                   refused: bool,
@@ -122,6 +127,8 @@ def test_a_multi_node_deepspeed_launch_only_warns_of_an_entry_this_host_cannot_s
     monkeypatch.chdir(work)  # the launch reads its hostfile from the working directory, as deepspeed does
     (work / "hosts").write_text("worker-1 slots=1\nworker-2 slots=1\n")
     (work / "one_host").write_text("worker-1 slots=1\n")
+    (work / "with_localhost").write_text("localhost slots=1\nworker-1 slots=1\nworker-2 slots=1\n")
+    (work / "with_this_host").write_text(f"worker-1 slots=1\n{socket.gethostname()} slots=1\n")
     from llmperf_hook.commands.run_entry import entry_verdict
 
     problem, refuse = entry_verdict(["deepspeed", *launch, "only_on_workers.py", "--lr", "1"], ENV, work)
