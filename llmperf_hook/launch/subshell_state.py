@@ -13,8 +13,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-SHELL_STATE = ("env", "cwd", "cwd_ways", "arrays", "assoc", "unknown_heads", "positional", "frames", "undecidable", "exported",
-               "allexport", "errexit", "lastpipe", "monitor", "nounset", "functions", "readonly")
+SHELL_STATE = ("env", "cwd", "cwd_ways", "arrays", "assoc", "unknown_heads", "positional", "frames", "undecidable",
+               "exported", "allexport", "errexit", "lastpipe", "monitor", "nounset", "functions", "readonly")
 """The reading's fields that are the shell's own state (batch_script._Reading), which a subshell copies."""
 
 
