@@ -158,3 +158,18 @@ def test_a_one_rank_job_or_a_file_without_the_term_prices_no_jitter_on_a_real_gr
         grown = 1.0 if op.collective is not None else factor
         assert with_term[op_id(op)] == pytest.approx(grown * without[op_id(op)]), op.name
     assert any(op.collective is not None for op in ops) and any(op.collective is None for op in ops)
+
+
+def test_a_gpu_job_prices_no_jitter_beside_a_cpu_file_that_has_it(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.api import predict_command
+
+    argv = _megatron(8, "--tensor-model-parallel-size", "2")
+    steps = {}
+    for name, cv in (("with", 0.08), ("none", None)):
+        home = _home(tmp_path / name, cv) if cv is not None else tmp_path / name
+        monkeypatch.setenv("LLMPERF_HOME", str(home))
+        estimate = predict_command(argv, {}, cluster="dgx-h100").estimate
+        assert not any("jitter" in label or "cpu-framework" in label for label in estimate.predictor.values())
+        steps[name] = estimate.step_time_s
+    assert steps["with"] == steps["none"]
