@@ -179,10 +179,20 @@ def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: in
         head = _block("head", vo.head_ops(ctx), 1, "none")
         # the vocabulary weights' gradient contributions (embedding, head, MTP depths) summed by autograd
         head = replace(head, bwd=head.bwd + vo.weight_grad_sum_ops(ctx, first))
+        if not first:
+            head = _with_microbatch_load(head)
         blocks.append(with_zero_edge_ops(cfg, head, stage, "head", gpus_per_node))
     if memo is not None:
         memo[key] = tuple(blocks)
     return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=tuple(blocks))
+
+
+def _with_microbatch_load(head: OpBlock) -> OpBlock:
+    """The head block of a last pipeline stage that is not the first: its forward pass carries the stage's
+    micro-batch load (labels and loss mask: predict/host_issue.py MICROBATCH_LOAD_TAG)."""
+    first_op = head.fwd[0]
+    tagged = replace(first_op, tags={**first_op.tags, vo.MICROBATCH_LOAD_TAG: "1"})
+    return replace(head, fwd=(tagged, *head.fwd[1:]))
 
 
 def _chunk_params(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[int, int]:

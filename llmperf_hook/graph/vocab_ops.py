@@ -80,6 +80,11 @@ def embedding_scatter_backward(ctx: LayerContext) -> tuple[Op, ...]:
                collective=ctx.tp),)
 
 
+MICROBATCH_LOAD_TAG = "microbatch_load"
+"""Tag of the op whose pass carries the micro-batch load of a last pipeline stage that is not the first: that stage
+loads the labels and loss mask of every micro-batch too (predict/host_issue.py, MICROBATCH_PROLOGUE_UNITS)."""
+
+
 CE_FWD_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 8 + 4 + 8
 """HBM bytes per logit of Megatron's vocab-parallel cross-entropy forward (tensor_parallel/cross_entropy.py):
 cast of the 16-bit logits to fp32 (read 2, write 4), max (read 4), subtract the max (read 4 + write 4), exp in

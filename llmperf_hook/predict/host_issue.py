@@ -35,6 +35,12 @@ What the host issues, counted from the sources of that stack (Megatron-DeepSpeed
   between the synchronisation and the first layer kernel: the CPU-to-GPU copies and slicing of `get_batch_pipe`,
   the causal mask, loss mask and position ids of `get_ltor_masks_and_position_ids`, the engine's clone / detach /
   requires_grad of each loaded tensor and of the forward inputs, and the engine's Python around the module call.
+  The last pipeline stage loads every micro-batch as well (it needs the labels and loss mask): DeepSpeed's
+  TrainSchedule issues LoadMicroBatch on stage 0 and on stage pp - 1 (runtime/pipe/schedule.py `steps`;
+  PipelineEngine._exec_load_micro_batch runs the batch function, Megatron-DeepSpeed's get_batch_pipe with its
+  broadcast_data, on both), and Megatron-LM's get_batch returns early only on the stages that are neither first nor
+  last (pretrain_gpt.py). So a last stage that is not also the first (pp > 1) pays the same prologue, on the pass of
+  its head block (`MICROBATCH_LOAD_TAG`, set by graph/build.py); with pp = 1 one rank loads once.
 
 The per-unit cost is the cluster's `host_overhead_per_op_us`. The A100 presets read it from S24's host-bound
 cells (hidden 1024, micro-batch 1-2, pp 1, where the GPU needs about a third of the time): 3.00-3.16 ms per layer
@@ -49,6 +55,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Sequence
 
 from llmperf_hook.graph.op import Op
+from llmperf_hook.graph.vocab_ops import MICROBATCH_LOAD_TAG
 
 HOST_ISSUE_S_PER_OP = 65e-6
 """CPU seconds to issue one modelled compute op in PyTorch eager mode (~4 framework ops x ~16 us; see above)."""
@@ -68,6 +75,7 @@ MICROBATCH_START_OP = ("embedding.lookup", "fwd")
 """(name, phase) of the op whose pass starts a micro-batch on the first pipeline stage (graph/layer_ops.py)."""
 
 
+
 def side_stream_collective(op: Op) -> bool:
     """The default side-stream test: a collective the graph tags `overlap` (the schedule hides it behind compute)."""
     return "overlap" in op.tags
@@ -84,8 +92,9 @@ def op_host_units(op: Op, side_stream: Callable[[Op], bool] = side_stream_collec
 
 
 def prologue_units(ops: Iterable[Op]) -> float:
-    """`MICROBATCH_PROLOGUE_UNITS` if this pass starts a micro-batch (holds the forward embedding lookup), else 0."""
-    starts = any((op.name, op.phase) == MICROBATCH_START_OP for op in ops)
+    """`MICROBATCH_PROLOGUE_UNITS` if this pass starts a micro-batch (holds the forward embedding lookup) or loads
+    one on the last pipeline stage (an op tagged `MICROBATCH_LOAD_TAG`), else 0."""
+    starts = any((op.name, op.phase) == MICROBATCH_START_OP or MICROBATCH_LOAD_TAG in op.tags for op in ops)
     return MICROBATCH_PROLOGUE_UNITS if starts else 0.0
 
 
