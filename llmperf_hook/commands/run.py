@@ -222,7 +222,11 @@ def _check_run_dir(run_dir: str | None) -> None:
     if not run_dir.strip():
         raise UsageError("--run-dir '' is empty: give the folder for the run's records, or leave --run-dir out "
                          "(default ./llmperf-runs/<time>-<pid>).")
-    path = Path(run_dir).expanduser()
+    try:
+        path = Path(run_dir).expanduser()
+    except RuntimeError as err:  # pathlib: `~name` of no user here
+        raise UsageError(f"--run-dir {run_dir!r}: there is no user {run_dir[1:].split(os.sep)[0]!r} on this machine, "
+                         "so its ~ has no home folder. Pass the folder's full path.") from err
     problem = lookup_problem(path)
     if problem:
         raise UsageError(f"--run-dir {run_dir!r} cannot hold the run's records: {problem}.")

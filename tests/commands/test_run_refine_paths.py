@@ -88,3 +88,14 @@ def test_a_relative_llmperf_home_in_a_removed_working_directory_is_bad_input(
     monkeypatch.setenv("LLMPERF_HOME", "relative-home")
     code, err = _llmperf(capsys, "refine", str(removed_cwd / "run"))
     assert code == 2 and "Traceback" not in err and "$LLMPERF_HOME='relative-home' is relative" in err, err
+
+
+def test_run_refuses_a_run_dir_under_an_unknown_user_s_home(home: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--run-dir '~name/x'` of a user this machine does not have: pathlib's expanduser raises RuntimeError (an
+    internal error, exit 1, before R86)."""
+    monkeypatch.chdir(home)
+    code, err = _llmperf(capsys, "run", "--dry-run", "--instrument", "1", "--run-dir", "~llmperf-no-such-user/x", "--",
+                         sys.executable, "train.py")
+    assert code == 2 and "internal error" not in err, err
+    assert "~llmperf-no-such-user" in err and "no user" in err
