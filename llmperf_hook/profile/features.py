@@ -92,6 +92,15 @@ def _gemm(d: Dims, bwd: bool, rc: RooflineConstants, batch: np.ndarray | None = 
     # extrapolation linear1 3.30 -> 3.38 %; seed 1: 3.29 / 2.45 / 2.94 / 2.80 / 3.51 -> 3.22 / 2.52 / 2.93 / 2.79 /
     # 3.48 %, extrapolation linear1 / final 3.14 -> 3.24, 2.96 -> 3.07 %. The short GEMMs' error is cuBLAS changing
     # kernel at shape thresholds no size residue names (bench_operator_noise.py).
+    # Tried, not kept (H201): log2 of the largest power of two dividing m, n and k, capped at 2^13 (power-of-two
+    # leading dimensions map rows onto the same memory partitions; on the A100 linear3 line n 16,384 / k 4,096 the
+    # big GEMMs stay at 0.73-0.84 of peak while k 6,144 and 8,192 reach 0.89-0.93). 25 %, seed 0, random /
+    # extrapolation: A100 fwd 3.20 / 2.62 / 3.08 / 2.67 / 3.47 -> 3.18 / 2.52 / 3.00 / 2.55 / 3.44 %, A100 bwd
+    # 2.91 / 1.28 / 2.07 / 2.27 / 2.59 -> 2.86 / 1.16 / 1.88 / 2.21 / 2.44 %, GH200 fwd 2.37 / 1.63 / 1.96 / 1.53 /
+    # 1.48 -> 2.33 / 1.59 / 1.93 / 1.49 / 1.48 %; but GH200 bwd 2.18 / 2.92 / 1.66 / 1.70 / 1.57 -> 2.23 / 3.07 /
+    # 1.74 / 1.78 / 1.57 % (linear2 over 3 %), GH200 fwd extrapolation 2.13 / 1.68 / 1.70 / 1.59 / 1.43 -> 2.15 /
+    # 1.73 / 1.79 / 1.55 / 1.46 %, A100 bwd extrapolation linear1 3.24 -> 3.28 %; no A100 fwd row reaches 3 %,
+    # and a new GEMM schema refuses every profile fitted before it (the measured H100 / H200 ones too).
     # Tried, not kept: the compute roofline quantised to whole waves of 128 x 128 tiles (flops / wave_eff; dgrad
     # and wgrad each by their own output tiles) as the target's normaliser. 25 %, random, seed 0: A100 GEMM fwd
     # 3.20 / 2.62 / 3.08 / 2.67 / 3.47 -> 3.12 / 2.54 / 3.00 / 2.59 / 3.43 %, bwd mean 2.23 -> 2.11 %, batched matmul
