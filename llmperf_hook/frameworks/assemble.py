@@ -15,6 +15,7 @@ from llmperf_hook.frameworks.openrlhf import openrlhf_trainer, openrlhf_warnings
 from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_bucket_release, native_pinned_memory,
                                                        pinned_offload_release, schema_release,
                                                        zero1_noncontiguous_release, zero3_splits_bias)
+from llmperf_hook.frameworks.code_ds_config import code_config_warnings
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (ACCELERATOR_FILLS, MEGATRON_SCRIPT_FILLS, check_hpz,
                                                     check_moe_pipe_partitioning,
@@ -402,6 +403,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
                             offload_param=offload if fsdp.zero_stage == 3 else "none")
         src["zero_stage"] = fsdp.source
     else:  # torch DistributedDataParallel: its Reducer all-reduces 25 MiB gradient buckets during backward
+        warnings += code_config_warnings(job.script)
         bucket = ddp_bucket_elems(flags, src) or DDP_BUCKET_ELEMS
         optimizer = replace(base, overlap_grad_reduce=True, grad_bucket_size_elems=bucket)
         src["zero_stage"] = Source(SourceKind.DEFAULT, "no DeepSpeed config: plain data parallel")

@@ -195,3 +195,21 @@ def test_trainer_fsdp_under_deepspeed_exits_2(deepspeed: list[str], refused: boo
                "--bf16", "--fsdp", "full_shard", *deepspeed]
     code, _, err = _explain(tmp_path, AUTO_PRECISION, command, capsys, monkeypatch)
     assert (code, "together with --deepspeed is not possible" in err) == ((2, True) if refused else (0, False)), err
+
+
+@pytest.mark.parametrize(("call", "warned"), [
+    ("engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)", True),
+    ("engine, *_ = ds.initialize(model=model, config=ds_config)", True),
+    ("engine, *_ = deepspeed.initialize(args=args, model=model)", False)])
+def test_script_building_its_ds_config_in_code_is_warned(call: str, warned: bool, tmp_path: Path, capsys,
+                                                        monkeypatch) -> None:
+    """DeepSpeedExamples training/HelloDeepSpeed/train_bert_ds.py builds its ds_config dict in code (bf16/fp16, ZeRO-1,
+    CPU offload) and passes deepspeed.initialize(config=ds_config); its launch line names no file, so llmperf prices
+    plain DDP in fp32, and said nothing. deepspeed.initialize(args=...) reads --deepspeed_config (none here)."""
+    (tmp_path / "train.py").write_text("import deepspeed\nimport deepspeed as ds\nds_config = {'zero_optimization': "
+                                       f"{{'stage': 1}}}}\n{call}\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", "deepspeed", "--num_gpus",
+                              "8", "train.py"], capsys)
+    assert code == 0, err
+    assert any("line 4 calls deepspeed.initialize(config=...)" in w for w in json.loads(out)["warnings"]) == warned
