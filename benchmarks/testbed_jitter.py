@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Mapping
 
+from llmperf_hook.predict.cpu_framework import FILE_NAME
 from llmperf_hook.predict.rank_jitter import jitter_cv, straggler_factor
+from testbed_configs import CLUSTER
 
 
 def record_step_pairs(record: Mapping) -> dict[str, list[tuple[float, float]]]:
@@ -30,7 +32,7 @@ def record_step_pairs(record: Mapping) -> dict[str, list[tuple[float, float]]]:
 
 def profile_cv(home: Path, dtype: str) -> float | None:
     """The testbed profile's measured cv for `dtype`, or None (not measured)."""
-    path = home / "profiles" / "cpu-testbed" / "framework_overhead.json"
+    path = home / "profiles" / CLUSTER / FILE_NAME
     try:
         entry = json.loads(path.read_text())["dtypes"][dtype]
     except (OSError, ValueError, KeyError):
