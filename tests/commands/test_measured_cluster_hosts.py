@@ -116,13 +116,19 @@ def test_a_container_restarted_under_a_new_hostname_keeps_its_own_network(tmp_pa
 
 
 def test_profile_comm_records_the_machines_it_measured_on(tmp_path, monkeypatch) -> None:
-    from llmperf_hook.profile import comm_sampler
+    """The ranks' boot ids as the comm run gathered them, else this machine's (a one-rank run). The device and its
+    hardware name are stubbed: measuring them imports torch and times GEMMs (17 s at load 7, R86)."""
+    from llmperf_hook.profile import comm_sampler, local_hardware
     from llmperf_hook.profile.machine_identity import machine_id
 
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    monkeypatch.setattr(local_hardware, "fingerprint", lambda device, threads: {"device": CPU})
+    monkeypatch.setattr(comm_sampler, "_local_hardware_name", lambda device: "my-cpu")
 
     class Model:
         layouts = ()
 
-    path = comm_sampler._ensure_cluster_yaml("box", Model(), "cpu", 1)
-    assert yaml.safe_load(path.read_text())["measured_on"]["machines"] == [machine_id()]
+    ranks = comm_sampler._ensure_cluster_yaml("box", Model(), "cpu", 2, ("a", "b"), ("boot-b", "boot-a"))
+    alone = comm_sampler._ensure_cluster_yaml("one", Model(), "cpu", 1)
+    assert yaml.safe_load(ranks.read_text())["measured_on"]["machines"] == ["boot-b", "boot-a"]
+    assert yaml.safe_load(alone.read_text())["measured_on"]["machines"] == [machine_id()]
