@@ -25,7 +25,9 @@ d are heavier-tailed than a normal (pooled per dtype, which mixing configuration
 / sd 0.68-0.77 against the normal's 0.80), so E[max of 4 or 8] is likely above 1 + cv e_n (R85). The step is priced
 once per step: the testbed's wall beyond the slowest rank's CPU is the priced collectives' time (x0.93-1.03 of slowest
 CPU + priced collectives on both records), so the waits at a step's intermediate collectives (ZeRO-1/2's reduction,
-norm and gather) add nothing visible beyond the step-level maximum. Which ranks a step waits for:
+norm and gather) add nothing visible beyond the step-level maximum; that band is wider than the jitter itself, so it
+does not rule such waits out (ZeRO-2/3 under gradient accumulation meet every micro-batch, DeepSpeed engine.py
+allreduce_gradients; no testbed configuration does). Which ranks a step waits for:
 cpu_framework.synchronised_ranks (every rank its groups link it to). Pure math; no torch.
 """
 
