@@ -217,7 +217,8 @@ def _check_run_dir(run_dir: str | None) -> None:
     """--run-dir must be (or become) a folder: a file there, or a file among its parents, a path that cannot be looked
     up (a name too long, a symbolic link loop: folder_checks.py) is refused before the prediction and the launch (it
     failed only after both were under way, or as an internal error)."""
-    if run_dir is None:
+    if run_dir is None:  # ./llmperf-runs/<job id>
+        _check_pythonpath_safe(os.path.abspath("llmperf-runs"), "the default ./llmperf-runs (no --run-dir given)")
         return
     if not run_dir.strip():
         raise UsageError("--run-dir '' is empty: give the folder for the run's records, or leave --run-dir out "
@@ -230,10 +231,7 @@ def _check_run_dir(run_dir: str | None) -> None:
     problem = lookup_problem(path)
     if problem:
         raise UsageError(f"--run-dir {run_dir!r} cannot hold the run's records: {problem}.")
-    if os.pathsep in os.path.abspath(path):  # as instrument/session.prepare_run_dir refuses it, before the prediction
-        raise UsageError(f"--run-dir {run_dir!r} cannot hold the run's records: the hook's folder inside it goes on "
-                         f"the ranks' PYTHONPATH, which splits at {os.pathsep!r}, so no rank would load the hook. Pass "
-                         f"a folder whose path has no {os.pathsep!r}.")
+    _check_pythonpath_safe(os.path.abspath(path), f"--run-dir {run_dir!r}")
     for part in (path, *path.parents):
         if part.exists():
             if not part.is_dir():
@@ -246,6 +244,15 @@ def _check_run_dir(run_dir: str | None) -> None:
     from llmperf_hook.commands.run_entry import check_run_dir_writable
 
     check_run_dir_writable(run_dir)  # what os.access passes for root: /proc, a read-only mount
+
+
+def _check_pythonpath_safe(folder: str, named: str) -> None:
+    """The run folder has no os.pathsep, as instrument/session.prepare_run_dir requires, checked before the
+    prediction: the hook's folder inside it goes on the ranks' PYTHONPATH, which splits at it."""
+    if os.pathsep in folder:
+        raise UsageError(f"{named} ({folder}) cannot hold the run's records: the hook's folder inside it goes on the "
+                         f"ranks' PYTHONPATH, which splits at {os.pathsep!r}, so no rank would load the hook. Pass "
+                         f"--run-dir with a folder whose path has no {os.pathsep!r}.")
 
 
 def _instrument_plan(instrument: int | None, run_dir: str | None) -> dict[str, str] | None:
