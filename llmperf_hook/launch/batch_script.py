@@ -416,8 +416,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             if words and self.is_launch(line, words, text, heredoc):
                 self.record_launch(line, words, heredoc)
             return
+        self.readonly_failed = ""
         if self.assign(words) or self.variable_builtin(words) or run_builtin(self, line, words):  # shift, local, ...
-            self.stop_on_failed_unset(line, words)
+            self.stop_on_readonly(line)
             return
         if words[0] == "exit" and not self.conditions.undecided and not (self.submissions or self.singles) and \
                 not _SUBSHELL_OPEN.search(line.text.split("exit")[0]):  # `( exit 1 )` ends only the subshell
@@ -458,18 +459,21 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             stop_on_nounset(text, self.env, self.positional, known, self.stops_at(line), gone)
             stop_on_unset_element(written, self, self.stops_at(line))
 
-    def stop_on_failed_unset(self, line: ScriptLine, words: list[str]) -> None:
-        """Under `set -e`, refuse an `unset` of a read-only name that surely runs where its status counts (not in a
-        test, nor before `&&` / `||`): it fails ('cannot unset: readonly variable', builtins/set.def unset_builtin
-        returns EXECUTION_FAILURE), and bash ends the script there (bash manual 4.3.1 `-e`)."""
-        counts = self.errexit and not (self.listed_on or self.errexit_ignored or self.conditions.reading())
-        if words[0] != "unset" or not self.unset_refused or not counts or not self.conditions.surely or self.launches:
+    def stop_on_readonly(self, line: ScriptLine) -> None:
+        """Under `set -e`, refuse a command that surely runs and unsets a read-only name where its status counts (not in
+        a test, nor before `&&` / `||`: 'cannot unset: readonly variable', builtins/set.def unset_builtin returns
+        EXECUTION_FAILURE), or assigns one anywhere (an assignment error, which ends a script under set -e even
+        before `||` or in an `if` test: bash 5.2.15 checked): bash ends the script there (bash manual 4.3.1 `-e`)."""
+        assigned = self.readonly_failed.endswith("=")
+        ignored = self.listed_on or self.errexit_ignored or self.conditions.reading()
+        counts = self.errexit and (assigned or not ignored)
+        name = self.readonly_failed.rstrip("=")
+        if not name or not counts or not self.conditions.surely or self.launches:
             return
-        raise UsageError(f"{self.stops_at(line)} before any launch line: {self.unset_refused} is read-only, so bash "
-                         f"prints '{self.unset_refused}: cannot unset: readonly variable', the `unset` fails and, with "
-                         "`set -e` on, bash ends the script there (bash manual 4.1 `unset`, 4.3.1 `-e`). To predict "
-                         f"the job, drop the `unset` or the `readonly` of {self.unset_refused}, or give its launch "
-                         "line after `--`.")
+        raise UsageError(f"{self.stops_at(line)} before any launch line: {name} is read-only, so bash prints that it "
+                         f"cannot unset or assign {name}, the command fails and, with `set -e` on, bash ends the "
+                         "script there (bash manual 4.1 `unset`, 4.2 `readonly`, 4.3.1 `-e`). To predict the job, "
+                         f"drop that command or the `readonly` of {name}, or give its launch line after `--`.")
 
     def stops_at(self, line: ScriptLine) -> str:
         """How a refusal of a line where bash ends the script begins (script_stops): the script, line and text."""

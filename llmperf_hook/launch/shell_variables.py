@@ -165,8 +165,10 @@ class ShellVariables:
     readonly: set[str] = field(default_factory=set)
     """Names `readonly NAME` / `declare -r NAME` made read-only: `unset NAME` fails on them and they keep their value
     (bash manual 4.1 `unset`: 'Readonly variables and functions may not be unset'; builtins/set.def unset_builtin)."""
-    unset_refused: str = ""
-    """The read-only name the last `unset` failed on ('cannot unset: readonly variable'; its exit status is 1)."""
+    readonly_failed: str = ""
+    """The read-only name the command being read failed to unset ('cannot unset: readonly variable': its status is 1)
+    or, followed by `=`, to assign ('X: readonly variable': an assignment error); batch_script sets it back to ""
+    before each command."""
     removed: set[str] = field(default_factory=set)
     """Names `unset NAME` / `unset -v NAME` removed (bash manual 4.1 Bourne Shell Builtins, `unset`), also on a
     condition llmperf cannot decide (applied and noted, as an assignment there is), until a command the reading does
@@ -411,6 +413,9 @@ class ShellVariables:
             ASSIGN.match(words[0]) if len(words) == 1 else _cut_substitution(words)
         if match is None:
             return False
+        if match.group(1) in self.readonly:  # 'X: readonly variable': the assignment fails, X keeps its value (4.2)
+            self.readonly_failed = f"{match.group(1)}="
+            return True
         value = match.group(2)
         expanded = expand_env_refs(expand_positional(value, self.positional), self.env, {})
         if ("$(" in value or "`" in value) and any(s in expanded for s in ("$(", "`")):
@@ -433,6 +438,8 @@ class ShellVariables:
         if uncertain and (len(words) <= 2 and assigned or several):
             for word in words if several else words[-1:]:
                 name = (ASSIGN.match(word) or APPEND.match(word)).group(1)  # type: ignore[union-attr]
+                if name in self.readonly:  # fails wherever it runs: the value stays
+                    continue
                 self.env.pop(name, None)
                 self.undecidable.add(name)
                 if words[0] == "export" or self.allexport:
@@ -443,7 +450,11 @@ class ShellVariables:
         return several and applied
 
     def append(self, name: str, value: str) -> bool:
-        """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is."""
+        """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is; a read-only NAME
+        keeps its value (the assignment fails)."""
+        if name in self.readonly:
+            self.readonly_failed = f"{name}="
+            return True
         if name in self.undecidable or "$(" in value or "`" in value:
             self.env.pop(name, None)
             self.undecidable.add(name)
@@ -500,7 +511,6 @@ class ShellVariables:
         name (4.1: 'if there is no variable by that name, a function with that name, if any, is unset')."""
         options = "".join(word[1:] for word in words[1:] if word.startswith("-"))
         functions = getattr(self, "functions", {})  # batch_script._Reading's (BlockReading)
-        self.unset_refused = ""
         if "n" in options:
             return
         for name in (word for word in words[1:] if not word.startswith("-")):
@@ -509,7 +519,7 @@ class ShellVariables:
                 if "f" in options:
                     continue
             if name in self.readonly:  # 'unset: X: cannot unset: readonly variable': X keeps its value, and the
-                self.unset_refused = name  # command fails (which `set -e` stops at: batch_script)
+                self.readonly_failed = name  # command fails (which `set -e` stops at: batch_script)
                 continue
             element = _UNSET_ELEMENT.fullmatch(name)
             if element is not None:

@@ -249,3 +249,26 @@ DIRECTORY_ALIKE = {
 def test_a_file_sourced_alike_from_either_directory(name: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     _same_as_bash(DIRECTORY_ALIKE[name], [], tmp_path, monkeypatch)
+
+
+READONLY_ASSIGNED = {  # bash manual 4.2 `readonly`: "the values of these names may not be changed by subsequent
+    # assignment"; the assignment error discards the rest of its line, and under set -e ends the script even after
+    # `||` (bash 5.2.15 checked)
+    "plain": "readonly X=1\nX=2\n" + T + " --xx $X\n",
+    "appended": "readonly X=1\nX+=2\n" + T + " --xx $X\n",
+    "declared": "readonly X=1\ndeclare X=2\n" + T + " --xx $X\n",
+    "in_an_undecided_branch": "readonly X=1\nif [ -f cfg ]; then X=2; fi\n" + T + " --xx $X\n",
+    "before_or": "readonly X=1\nX=2 || echo alt\n" + T + " --xx $X\n",
+    "set_e": "set -e\nreadonly X=1\nX=2\n" + T + " --xx $X\n",
+    "set_e_before_or": "set -e\nreadonly X=1\nX=2 || true\n" + T + " --xx $X\n",
+    "set_e_exported": "set -e\nreadonly X=1\nexport X=2\n" + T + " --xx $X\n",
+    "set_e_readonly_again": "set -e\nreadonly X=1\nreadonly X=2\n" + T + " --xx $X\n",
+    "set_e_readonly_without_a_value": "set -e\nreadonly X=1\nreadonly X\n" + T + " --xx $X\n",
+    "set_e_in_a_function_or_true": "set -e\nreadonly X=1\nf() { X=2; }\nf || true\n" + T + " --xx $X\n",
+}
+
+
+@pytest.mark.parametrize("name", READONLY_ASSIGNED)
+def test_an_assignment_to_a_readonly(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reading assigned the new value (X=2, X+=2 gave 12) and never stopped under set -e."""
+    _same_as_bash(READONLY_ASSIGNED[name], [], tmp_path, monkeypatch)
