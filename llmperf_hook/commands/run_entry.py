@@ -77,7 +77,8 @@ def entry_verdict(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> tup
                    ) if said else ""
     if problem and entry.remote:
         return (f"`{entry.launch}` on this host: {said} (in {cwd}). The deepspeed launcher starts it on the "
-                f"hostfile's hosts (pdsh / mpirun: `cd {cwd}; python -u -m deepspeed.launcher.launch ...`), not here, "
+                f"hostfile's hosts (pdsh: `cd {cwd}; python -u -m deepspeed.launcher.launch ...`; mpirun / srun: "
+                "`python -u ...` in this folder), none of them this one, "
                 "so it may exist there: launched anyway. If no host has it, every rank fails at its start."), False
     return problem, bool(problem)
 

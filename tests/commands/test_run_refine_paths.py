@@ -101,8 +101,8 @@ def test_run_refuses_a_run_dir_under_an_unknown_user_s_home(home: Path, capsys: 
     assert "~llmperf-no-such-user" in err and "no user" in err
 
 
-def test_run_refuses_the_default_run_dir_in_a_working_directory_with_a_colon(home: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_refuses_the_default_run_dir_in_a_working_directory_with_a_colon(
+        home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Without --run-dir the records go to ./llmperf-runs: a ':' in the working directory splits the hook's PYTHONPATH
     as one in --run-dir does, refused before the prediction too (a dry run printed the split path, a launch was
     refused only after predicting: R86)."""
