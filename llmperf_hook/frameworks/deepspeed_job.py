@@ -141,6 +141,11 @@ def megatron_ds_precision(argv: str, ds: DsSettings, flags: FlagValues, src: dic
     if argv == "fp32":
         return ds_precision(ds, flags, src)
     section = next((name for name in ("bf16", "fp16") if getattr(ds, name) is True), None)
+    if section is None and ds.torch_autocast is None:
+        warnings.append(f"--{argv} (argv) but {ds.path} enables neither fp16 nor bf16: DeepSpeed runs its fp32 engine "
+                        f"(no cast, no {argv} optimizer wrapper) on the model Megatron built in {argv} (arguments.py "
+                        "params_dtype) with Megatron's bare optimizer (megatron/optimizer: `if args.deepspeed: return "
+                        f"optimizer`); priced as {argv} mixed precision. Enable the {argv} section")
     if section is None or section == argv:
         return argv
     warnings.append(f"--{argv} (argv) but {ds.path} enables {section}: Megatron-DeepSpeed hands the model to DeepSpeed "
