@@ -19,7 +19,7 @@ it with the framework cost, on the pair of ranks that measures gloo's transport)
 Measured on the CPU testbed's quiet records of 28 Nov 2026 (10:36 and 13:33, the per-rank per-step CPU times of the
 eight 2-rank configurations, 24 timed steps per run): cv 0.026-0.120 per configuration (median ~0.08). At n = 2 the
 estimate needs no normal: max(a, b) = (a + b) / 2 + |a - b| / 2 for any a and b, so 1 + cv / sqrt(pi) = 1 + mean |d| / 2
-is the pair's mean max over mean whatever the distribution (on the records equal per configuration to 0.001: that is
+is the pair's mean max over mean whatever the distribution (on the records within 0.003 per configuration: that is
 this identity, not a test of the normal). For n > 2, e_n is the normal's and was never measured (2 cores); the records'
 d are heavier-tailed than a normal (pooled per dtype, which mixing configurations also does: kurtosis 3.7-5.2, mean |d|
 / sd 0.68-0.77 against the normal's 0.80), so E[max of 4 or 8] is likely above 1 + cv e_n (R85). The step is priced
