@@ -361,7 +361,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
         arithmetic = ARITH.findall(text)  # `X=$(( NP++ ))`, `echo $(( NP += 2 ))`: what it assigns is not applied
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
-            text = ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
+            text = ARITH.sub(lambda m: _arithmetic(self.expand(self.arithmetic_elements(m.group(1))), self.env), text)
         if "<<<" in text:
             text = HERE_STRING_REF.sub(r'<<< "\1"', text)
         self.split_refs.clear()

@@ -44,6 +44,8 @@ _ARRAY_INDICES = re.compile(r"(\"?)\$\{!([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
 _BASH_SOURCE = re.compile(r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE\b")
 _ARRAY_ITEM = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(-?\d+|[@*])\]\}")
 """`${NAME[N]}` (one element), `${#NAME[@]}` (the count), `${#NAME[N]}` (an element's length): bash manual 6.7."""
+_BARE_ELEMENT = re.compile(r"(?<![\w${#!])(([A-Za-z_]\w*)\[[^\[\]]+\])")
+"""`NAME[SUBSCRIPT]` written bare, as arithmetic reads an array element."""
 _ASSIGNING_EXPANSION = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?=")
 """`${NAME:=word}` / `${NAME=word}`: an expansion that assigns (bash manual 3.5.3)."""
 _SHELL_ARRAYS = frozenset({"FUNCNAME", "PIPESTATUS", "GROUPS", "DIRSTACK", "COMP_WORDS", "COPROC"})
@@ -338,6 +340,15 @@ class ShellVariables:
             return shlex.join([field for element in elements for field in self.fields(element)])
         return shlex.join(elements) if subscript == "@" else shlex.quote(self.star_joined(elements))
 
+    def arithmetic_elements(self, expr: str) -> str:
+        """`$(( A[1] * 2 ))`, `$(( M[$k] ))`: each bare array element of an arithmetic expression as its value, in
+        parentheses (evaluated as an expression of its own, as a bare NAME is: bash manual 6.5, 6.7); an element not
+        known here stays an expansion, which leaves the arithmetic to bash."""
+        if "[" not in expr or not (self.arrays or self.assoc):
+            return expr
+        return self.expand_arrays(_BARE_ELEMENT.sub(lambda m: f"(${{{m.group(1)}}})" if m.group(2) in self.arrays or
+                                                    m.group(2) in self.assoc else m.group(0), expr))
+
     def fields(self, value: str) -> list[str]:
         """An unquoted expansion's value split into words at the script's IFS (bash manual 3.5.7 Word Splitting: its
         characters delimit fields, runs of IFS white space count once and go at the ends, `IFS=` splits nothing and
@@ -565,6 +576,6 @@ class ShellVariables:
         text = _HEREDOC_ESCAPE.sub(lambda m: quoted.get(m.group(1), m.group(1)), heredoc.body)
         text = _HEREDOC_ARRAY.sub(lambda m: " ".join(present(self.arrays[m.group(1)])) if m.group(1) in self.arrays
                                   else m.group(0), text)
-        text = ARITH.sub(lambda m: arithmetic(self.expand(m.group(1)), self.env), text)
+        text = ARITH.sub(lambda m: arithmetic(self.expand(self.arithmetic_elements(m.group(1))), self.env), text)
         return self.expand(text, assign=False)  # bash expands it in the process it forks for the command (bash 5:
         # `cat <<EOF` with `${A:=4}` in the body leaves the script's A unset)

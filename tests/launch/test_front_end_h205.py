@@ -272,3 +272,20 @@ READONLY_ASSIGNED = {  # bash manual 4.2 `readonly`: "the values of these names 
 def test_an_assignment_to_a_readonly(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reading assigned the new value (X=2, X+=2 gave 12) and never stopped under set -e."""
     _same_as_bash(READONLY_ASSIGNED[name], [], tmp_path, monkeypatch)
+
+
+ARITHMETIC_ELEMENTS = {  # bash manual 6.5 (a bare name's value is evaluated), 6.7 (`${name[subscript]}`; in arithmetic
+    # the element is written bare)
+    "indexed": "A=(2 4)\nB=$((A[1] * 2))\n" + T + " --xx $B\n",
+    "indexed_by_a_name": "A=(2 4)\ni=1\nB=$((A[i] + A[0]))\n" + T + " --xx $B\n",
+    "associative_by_a_variable": "declare -A M=([tp]=2)\nk=tp\nB=$((M[$k] * 2))\n" + T + " --xx $B\n",
+    "in_a_loop_over_the_keys": ("declare -A M=([tp]=2 [pp]=4)\nX=\nfor k in \"${!M[@]}\"; do X+=\"--$k $((M[$k])) \"; "
+                                "done\n" + T + " $X\n"),
+    "an_element_that_is_an_expression": "A=(1+2 3)\nB=$((A[0] * 2))\n" + T + " --xx $B\n",
+}
+
+
+@pytest.mark.parametrize("name", ARITHMETIC_ELEMENTS)
+def test_array_elements_in_arithmetic(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`$((A[1] * 2))` was left to bash (its value unknown)."""
+    _same_as_bash(ARITHMETIC_ELEMENTS[name], [], tmp_path, monkeypatch)
