@@ -77,7 +77,7 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     """Stages [3]-[5] for one configuration: pure, memoised per op, a few milliseconds. `graphs`: graphs built
     for earlier configurations (predict --batch keeps one for the batch: graph/build.GraphMemo)."""
     graph = build_graph(cfg, cluster, graphs)
-    times = predict_op_times(graph, cluster, cfg.precision)
+    times = predict_op_times(graph, cluster, cfg.precision, graphs.derived(graph) if graphs is not None else None)
     step = compose_step(graph, dict(times.seconds), cfg, detail=detail, host_per_op_s=cluster.host_overhead_per_op_s)
     memory = estimate_memory(cfg, graph, cluster)
     predictor = dict(times.predictor_by_class)

@@ -323,10 +323,11 @@ def _accelerator_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
 class GraphMemo:
     """Graphs built so far, by configuration and cluster: `_accelerator_graph` is pure, so equal inputs build equal
     graphs. Looked up by the configuration's hashable parts, then compared whole (`sources` is a dict, no key);
-    beyond `limit` keys the oldest is dropped."""
+    beyond `limit` keys the oldest is dropped, with what was derived from its graphs (`derived`)."""
 
     def __init__(self, limit: int = 64) -> None:
         self._graphs: dict[tuple, list[tuple[TrainingConfig, ClusterSpec, OpGraph]]] = {}
+        self._derived: dict[int, dict] = {}
         self._limit = limit
 
     @staticmethod
@@ -340,5 +341,12 @@ class GraphMemo:
     def put(self, cfg: TrainingConfig, cluster: ClusterSpec, graph: OpGraph) -> None:
         key = self._key(cfg, cluster)
         if key not in self._graphs and len(self._graphs) >= self._limit:
-            del self._graphs[next(iter(self._graphs))]
+            for _, _, dropped in self._graphs.pop(next(iter(self._graphs))):
+                self._derived.pop(id(dropped), None)
         self._graphs.setdefault(key, []).append((cfg, cluster, graph))
+        self._derived[id(graph)] = {}
+
+    def derived(self, graph: OpGraph) -> dict | None:
+        """The results its users derived from `graph` (predict/dispatch.py: its op times), while the memo holds it
+        (which keeps its id that graph's); None for a graph it does not hold (a CPU adaptation of one)."""
+        return self._derived.get(id(graph))

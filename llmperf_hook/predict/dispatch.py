@@ -181,12 +181,27 @@ def find_operator_profile(cluster: ClusterSpec, dtype: str) -> OpClassPredictor 
     return fitted.find_profile(cluster.gpu.name, serves) or find_sibling_profile(cluster.gpu, serves)
 
 
-def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTimes:
-    """Stage [4]: OpTimes for every op of `graph` on `cluster` (training precision `dtype`)."""
+def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str, memo: dict | None = None) -> OpTimes:
+    """Stage [4]: OpTimes for every op of `graph` on `cluster` (training precision `dtype`). `memo`: the OpTimes
+    already found for this graph object (predict --batch: graph/build.GraphMemo.derived), by the predictors that
+    priced it; a refitted profile is another object, so another key. Not for CPU hardware (its cost file is read
+    each time)."""
     profile = find_operator_profile(cluster, dtype)
     comm_model = fitted.find_comm_model(cluster.name)
-    ops = graph.all_ops()
     cpu_cost = find_cpu_framework_cost(cluster.gpu.name, dtype)
+    key = (id(profile), id(comm_model), dtype, cluster_key(cluster))
+    hit = memo.get(key) if memo is not None and cpu_cost is None else None
+    if hit is not None and hit[0] is profile and hit[1] is comm_model:
+        return hit[2]
+    times = _op_times(graph, cluster, dtype, profile, comm_model, cpu_cost)
+    if memo is not None and cpu_cost is None:
+        memo[key] = (profile, comm_model, times)  # held, so their ids stay theirs
+    return times
+
+
+def _op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str, profile: OpClassPredictor | None,
+              comm_model: OpClassPredictor | None, cpu_cost: object) -> OpTimes:
+    ops = graph.all_ops()
     cpu = cpu_cost is not None or timed_on_cpu(profile)  # the GPU's sustained floor is no CPU's (timed_on_cpu)
     seconds, used = predict_ops(ops, cluster, profile, comm_model, sustained_floor=not cpu)
     if cpu_cost is not None:  # CPU hardware: framework work adds to compute (predict/cpu_framework.py)

@@ -13,7 +13,7 @@ import pytest
 from llmperf_hook import api
 from llmperf_hook.commands.predict import predict_batch_line
 from llmperf_hook.graph.build import GraphMemo, build_graph
-from llmperf_hook.predict import fitted
+from llmperf_hook.predict import dispatch, fitted
 from llmperf_hook.profile.profile_io import meta_sha256
 from llmperf_hook.resources import configs_dir
 
@@ -50,6 +50,19 @@ def test_a_repeated_configuration_reuses_its_graph_and_predicts_the_same() -> No
     assert _json(api.Prediction(job, cfg, api.predict_config(cfg, spec, graphs=memo), spec)) == _json(alone)
 
 
+def test_the_op_times_of_a_remembered_graph_follow_its_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, cfg, spec, _ = api.resolve_command(MEGATRON.split(), {}, cluster="dgx-a100")
+    memo = GraphMemo()
+    graph = build_graph(cfg, spec, memo)
+    derived = memo.derived(graph)
+    fitted_times = dispatch.predict_op_times(graph, spec, cfg.precision, derived)
+    assert dispatch.predict_op_times(graph, spec, cfg.precision, derived) is fitted_times
+    monkeypatch.setattr(dispatch, "find_operator_profile", lambda cluster, dtype: None)  # the profile removed
+    roofline = dispatch.predict_op_times(graph, spec, cfg.precision, derived)
+    assert roofline != fitted_times and roofline == dispatch.predict_op_times(graph, spec, cfg.precision)
+    assert memo.derived(build_graph(cfg, spec)) is None  # a graph the memo does not hold has no results in it
+
+
 def test_the_graph_memo_keeps_at_most_its_limit() -> None:
     memo = GraphMemo(limit=2)
     _, _, spec, _ = api.resolve_command(MEGATRON.split(), {}, cluster="dgx-a100")
@@ -57,6 +70,7 @@ def test_the_graph_memo_keeps_at_most_its_limit() -> None:
                                 cluster="dgx-a100")[1] for n in (2, 4, 6)]
     graphs = [build_graph(cfg, spec, memo) for cfg in cfgs]
     assert build_graph(cfgs[2], spec, memo) is graphs[2]
+    assert memo.derived(graphs[0]) is None and memo.derived(graphs[2]) == {}  # dropped with its graph
     assert build_graph(cfgs[0], spec, memo) is not graphs[0]  # the oldest was dropped, built again
     assert build_graph(cfgs[0], spec, memo) == graphs[0]
 
