@@ -93,10 +93,12 @@ def _approximate(call: ast.Call, position: int) -> str | None:
 
 
 _HF_GELU: dict[str, GeluVariant] = {"gelu": "none", "gelu_10": "none", "gelu_python": "none", "gelu_new": "tanh",
-                                    "gelu_fast": "tanh", "gelu_accurate": "tanh", "gelu_pytorch_tanh": "tanh"}
-"""transformers activations.py ACT2FN: GELUActivation (nn.functional.gelu, exact; gelu_python its erf formula),
+                                    "gelu_fast": "tanh", "gelu_accurate": "tanh", "gelu_pytorch_tanh": "tanh",
+                                    "gelu_python_tanh": "tanh"}
+"""transformers activations.py ACT2CLS: GELUActivation (nn.functional.gelu, exact; gelu_python its erf formula),
 ClippedGELUActivation (gelu_10: exact, clipped); NewGELUActivation, FastGELUActivation and AccurateGELUActivation
-compute the tanh formula, PytorchGELUTanh calls F.gelu(approximate="tanh")."""
+compute the tanh formula, GELUTanh (gelu_pytorch_tanh; PytorchGELUTanh before) calls F.gelu(approximate="tanh"),
+gelu_python_tanh its tanh formula in Python (GELUTanh use_gelu_tanh_python=True)."""
 
 
 def hf_gelu(act: str, origin: Source, gated: bool, src: dict[str, Source], warnings: list[str]) -> dict[str, object]:

@@ -110,7 +110,8 @@ def test_megatron_flags_core_does_not_run_are_warned(flags: list[str], says: str
 
 
 @pytest.mark.parametrize(("act", "variant"), [
-    ("gelu", "none"), ("gelu_new", "tanh"), ("gelu_pytorch_tanh", "tanh"), ("gelu_fast", "tanh"), ("relu", None)])
+    ("gelu", "none"), ("gelu_new", "tanh"), ("gelu_pytorch_tanh", "tanh"), ("gelu_fast", "tanh"),
+    ("gelu_python_tanh", "tanh"), ("relu", None)])
 def test_hf_config_activation_picks_the_gelu(act: str, variant: str | None, tmp_path: Path, capsys,
                                              monkeypatch) -> None:
     """transformers' ACT2FN (activations.py): "gelu" is GELUActivation, nn.functional.gelu's exact erf form;
