@@ -44,6 +44,8 @@ _ARRAY_INDICES = re.compile(r"(\"?)\$\{!([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
 _BASH_SOURCE = re.compile(r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE\b")
 _ARRAY_ITEM = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(-?\d+|[@*])\]\}")
 """`${NAME[N]}` (one element), `${#NAME[@]}` (the count), `${#NAME[N]}` (an element's length): bash manual 6.7."""
+_INDEXED_WORD = re.compile(r"\[[^\]$`'\"]+\]=")
+"""`[N]=value` / `[key]=value`, a word of a compound array assignment."""
 _BARE_ELEMENT = re.compile(r"(?<![\w${#!])(([A-Za-z_]\w*)\[[^\[\]]+\])")
 """`NAME[SUBSCRIPT]` written bare, as arithmetic reads an array element."""
 _ASSIGNING_EXPANSION = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?=")
@@ -289,7 +291,8 @@ class ShellVariables:
                     out.extend(field for arg in self.args() for field in (self.fields(arg) if unquoted else [arg]))
                     continue
                 value = self.expand(word)
-                out.extend(self.fields(value) if unquoted is True else [value])
+                whole = _INDEXED_WORD.match(word) is not None  # `[3]=$X`: an assignment's value is not split (3.4)
+                out.extend(self.fields(value) if unquoted is True and not whole else [value])
         return out
 
     def expand_arrays(self, text: str) -> str:

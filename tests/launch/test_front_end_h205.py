@@ -289,3 +289,9 @@ ARITHMETIC_ELEMENTS = {  # bash manual 6.5 (a bare name's value is evaluated), 6
 def test_array_elements_in_arithmetic(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`$((A[1] * 2))` was left to bash (its value unknown)."""
     _same_as_bash(ARITHMETIC_ELEMENTS[name], [], tmp_path, monkeypatch)
+
+
+def test_an_indexed_word_s_value_is_not_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`A=([3]=$X)` with X='a b': one element (an assignment's value is not split, bash manual 3.4); it gave two."""
+    _same_as_bash("X='a b'\nA=([3]=$X [5]=c)\ndeclare -A M=([k]=$X)\n" + T + " --cnt ${#A[@]} --keys ${!A[@]} "
+                  "--vals \"${A[@]}\" --xx \"${M[@]}\"\n", [], tmp_path, monkeypatch)
