@@ -312,14 +312,17 @@ def _check_rampup(flags: FlagValues, script_args: Sequence[str], dp: int) -> Non
                           "size'). Choose START and INCREMENT multiples of it, or add --decrease-batch-size-if-needed.")
 
 
-def _check_batch_flags(flags: FlagValues, script_args: Sequence[str], dp: int) -> None:
-    """The batch rules of Megatron-LM core_v0.18.0 on (HEAD d98e8a6; core_v0.16.1 has neither flag nor check):
+def _check_batch_flags(flags: FlagValues, script_args: Sequence[str], dp: int) -> list[str]:
+    """The batch rules of Megatron-LM core_v0.18.0 on (HEAD d98e8a6; core_v0.16.1 and core_v0.17 have neither flag nor
+    check: their arguments.py has no eval_global_batch_size):
     - validate_args (#4014, d85365bd): with no --global-batch-size (a --step-batch-size-schedule gives none) it sets
       args.global_batch_size = MBS x DP, then --eval-global-batch-size defaults to that global batch and
       --eval-micro-batch-size to the micro-batch, and asserts eval_global_batch_size % (eval_micro_batch_size x DP
       [x gtp_weight_remat_size: since df197a816f, 2026-08, derived from --tensor-parallel-num-weight-shards, which
-      llmperf does not model]) == 0, whatever --decrease-batch-size-if-needed says. Without eval flags and without
-      that flag the rule is the global batch's own (validation._check_batch): not repeated.
+      llmperf does not model]) == 0, whatever --decrease-batch-size-if-needed says. With an eval flag or a schedule
+      (flags only those releases have) a batch it refuses is an error; with --decrease-batch-size-if-needed alone
+      (core_v0.16.1 has it: ConstantNumMicroBatchesCalculator rounds the batch down and runs) a warning. Without any
+      of these the rule is the global batch's own (validation._check_batch): not repeated.
     - StepBatchsizeNumMicroBatchesCalculator.__init__ raises ValueError('Step batch size schedules do not support
       decrease_batch_size_if_needed')."""
     decrease = bool(flags.get("decrease_batch_size_if_needed"))
@@ -331,20 +334,27 @@ def _check_batch_flags(flags: FlagValues, script_args: Sequence[str], dp: int) -
     eval_global = _number(script_args, "--eval-global-batch-size")
     eval_micro = _number(script_args, "--eval-micro-batch-size")
     if eval_global is None and eval_micro is None and not decrease:
-        return
+        return []
     mbs = flags.get("micro_batch_size", 1)
     gbs = flags.get("global_batch_size", mbs * dp)  # a schedule's batch is not args.global_batch_size here
     e_global, e_micro = int(eval_global or gbs), int(eval_micro or mbs)
-    if e_global % (e_micro * dp):
-        where = "--eval-global-batch-size" if eval_global else ("--global-batch-size" if flags.has(
-            "global_batch_size") else f"the default MBS x DP = {mbs} x {dp}")
-        raise ConfigError(f"eval global batch size {e_global} ({where}) is not divisible by eval micro batch size "
-                          f"{e_micro} x data parallel size {dp} = {e_micro * dp}: Megatron-LM's validate_args asserts "
-                          "'eval_global_batch_size ... must be divisible by eval_micro_batch_size * data_parallel_size'"
-                          " at start-up (core_v0.18.0 on; --decrease-batch-size-if-needed rounds only the training "
-                          f"batch). Give --eval-global-batch-size a multiple of {e_micro * dp}"
-                          + (" or a --global-batch-size micro x DP divides." if not eval_global
-                             and not flags.has("step_batch_size_schedule") else "."))
+    if e_global % (e_micro * dp) == 0:
+        return []
+    if eval_global is None and eval_micro is None:  # --decrease-batch-size-if-needed alone, older releases run it
+        return [f"--decrease-batch-size-if-needed with global batch size {gbs}: Megatron-LM core_v0.17 and earlier "
+                f"run it rounded down (priced so), but core_v0.18.0 and later refuse it at start-up: validate_args "
+                f"asserts 'eval_global_batch_size ({gbs}) must be divisible by eval_micro_batch_size ({mbs}) * "
+                f"data_parallel_size ({dp})', the eval batch defaulting to the unrounded global batch. On those "
+                f"releases add --eval-global-batch-size with a multiple of {mbs * dp}"]
+    where = "--eval-global-batch-size" if eval_global else ("--global-batch-size" if flags.has(
+        "global_batch_size") else f"the default MBS x DP = {mbs} x {dp}")
+    raise ConfigError(f"eval global batch size {e_global} ({where}) is not divisible by eval micro batch size "
+                      f"{e_micro} x data parallel size {dp} = {e_micro * dp}: Megatron-LM's validate_args asserts "
+                      "'eval_global_batch_size ... must be divisible by eval_micro_batch_size * data_parallel_size' "
+                      "at start-up (core_v0.18.0 on; --decrease-batch-size-if-needed rounds only the training "
+                      f"batch). Give --eval-global-batch-size a multiple of {e_micro * dp}"
+                      + (" or a --global-batch-size micro x DP divides." if not eval_global
+                         and not flags.has("step_batch_size_schedule") else "."))
 
 
 def _weight_shard_warnings(script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
@@ -452,7 +462,7 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
     _check_hierarchical_cp(script_args, parallel)
     warnings += _check_distopt_instances(flags, parallel)
     _check_rampup(flags, script_args, parallel.dp)
-    _check_batch_flags(flags, script_args, parallel.dp)
+    warnings += _check_batch_flags(flags, script_args, parallel.dp)
     warnings += _weight_shard_warnings(script_args, parallel)
     _check_router(flags, script_args)
     _check_position_embedding(flags)

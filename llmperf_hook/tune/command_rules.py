@@ -9,21 +9,27 @@ framework refuses that candidate's command):
   must divide every global batch the ramp-up runs steps at, unless --decrease-batch-size-if-needed
   (frameworks/megatron_rampup.py, which explain's rule reads too).
 - Megatron-LM's eval batch (arguments.py validate_args, since #4014, 2026-04-13; core_v0.18.0 on, not in
-  core_v0.16.1): --eval-global-batch-size (default: the global batch, which is MBS x DP when a --step-batch-size-schedule
-  gives none: validate_args sets args.global_batch_size before the calculator reads the schedule) must be divisible by --eval-micro-batch-size (default: the micro-batch) x DP, asserted at start-up
+  core_v0.16.1): --eval-global-batch-size (default: the global batch, which is MBS x DP when a
+  --step-batch-size-schedule gives none: validate_args sets args.global_batch_size before the calculator reads the
+  schedule) must be divisible by --eval-micro-batch-size (default: the micro-batch) x DP, asserted at start-up
   whatever --decrease-batch-size-if-needed says; with that flag, ConstantNumMicroBatchesCalculator
   (core/num_microbatches_calculator.py) rounds the training batch down to a multiple of micro x DP and asserts at least
   one micro-batch, so the global batch must be at least micro x DP. Both hold at every node count of an elastic range
   (tune/elastic.py checks them there).
 - Megatron-LM's --step-batch-size-schedule (core_v0.18.0 on): train() calls update_num_microbatches(consumed,
   consistency_check=True) every step, and StepBatchsizeNumMicroBatchesCalculator.update asserts the current batch %
-  (micro x DP) == 0 (its _validate_schedule does not check earlier entries: 'a run resumed past one never reaches
-  it'). A candidate must split every earlier batch the user's own layout splits (the final batch is the global batch,
-  candidate_rules' rule); the others the user's run never reaches unsplit, so it must be resumed past them.
+  (micro x DP) == 0 (its _validate_schedule does not check them: 'early schedule entries may be smaller than the
+  current GPU configuration (e.g., after scaling up GPUs mid-training)'). A candidate must split every earlier batch
+  the user's own layout splits (the final batch is the global batch, candidate_rules' rule); the others the user's
+  run never reaches unsplit, so it must be resumed past them.
 - Under --decrease-batch-size-if-needed the step runs at the global batch rounded down to a multiple of micro x DP
   (frameworks/megatron_rampup.decreased_batch): a candidate whose rounding of the command's --global-batch-size is not
   the batch priced would run another batch than the one its step time is for (at the world priced; an elastic
-  range's smaller counts round as they must).
+  range's smaller counts round as they must). At the world priced the flag alone brings no eval rule: core_v0.17
+  and earlier have none (predict warns of core_v0.18.0's, megatron_validate_args._check_batch_flags), and this rule
+  already keeps the batch priced (a command whose batch divides: the same candidates; one predict rounds: the eval
+  rule would refuse every candidate running its priced batch). An elastic range's smaller counts keep core_v0.18.0's
+  eval rule (tune/elastic.py names --eval-global-batch-size).
 - --defer-embedding-wgrad-compute: Megatron's ModelParallelConfig refuses it without pipeline parallelism
   (frameworks/megatron_rules._check_deferred_embedding_wgrad).
 - --cp-comm-type a2a: Transformer Engine's all-to-all attention needs each TP rank's query and key/value heads to
@@ -104,8 +110,10 @@ def _batch_flag_masks(cfg: TrainingConfig, script_args: Sequence[str], world: in
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
         dp = _data_parallel(cols, world)
         per_step = cols["mbs"] * dp
-        out = {EVAL_BATCH_RULE: (eval_global or (per_step if schedule else requested)) % ((eval_micro or cols["mbs"]) * dp)
-               != 0}
+        out = {}
+        if eval_global is not None or eval_micro is not None or world != cfg.world_size:
+            out[EVAL_BATCH_RULE] = (eval_global or (per_step if schedule else requested)) % (
+                (eval_micro or cols["mbs"]) * dp) != 0
         if decrease:
             out[ROUNDED_TO_NOTHING_RULE] = requested < per_step
             if world == cfg.world_size:  # an elastic count runs its own rounding, unpriced (tune/elastic.py)

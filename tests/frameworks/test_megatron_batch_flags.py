@@ -31,9 +31,19 @@ def test_the_decrease_flag_with_an_eval_batch_that_divides_prices_the_rounded_ba
     assert pred.estimate.step_time_s == pytest.approx(same.estimate.step_time_s)
 
 
+def test_the_decrease_flag_alone_is_priced_rounded_and_warned_of_newer_releases() -> None:
+    """core_v0.16.1 / core_v0.17 (no eval batch: arguments.py has no eval_global_batch_size) run 60 at 56; core_v0.18.0
+    on assert the eval batch, which defaults to the unrounded 60, divides by micro x DP: a warning, not exit 2 (the
+    module's release policy: a rule only newer releases enforce on an older flag warns). Was exit 2."""
+    pred = _predict("--global-batch-size", "60", "--decrease-batch-size-if-needed")
+    assert pred.config.batch.global_batch_size == 56
+    warned = [w for w in pred.warnings if "'eval_global_batch_size (60) must be divisible" in w]
+    assert len(warned) == 1 and "core_v0.18.0" in warned[0] and "--eval-global-batch-size" in warned[0], pred.warnings
+    assert not [w for w in _predict("--global-batch-size", "64", "--decrease-batch-size-if-needed").warnings
+                if "eval_global_batch_size" in w]
+
+
 @pytest.mark.parametrize(("extra", "says"), [
-    # the flag alone: the eval batch defaults to the unrounded 60, which validate_args refuses
-    (("--global-batch-size", "60", "--decrease-batch-size-if-needed"), "eval global batch size 60"),
     (("--global-batch-size", "4", "--decrease-batch-size-if-needed", "--eval-global-batch-size", "64"),
      "at least 1"),
     (("--global-batch-size", "64", "--eval-micro-batch-size", "3"), "eval micro batch size 3"),  # was accepted

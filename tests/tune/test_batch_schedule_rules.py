@@ -52,3 +52,12 @@ def test_the_decrease_flag_keeps_the_batch_priced() -> None:
                    [{"micro_batch_size": 1}, {"micro_batch_size": 1, "tp": 1}, {"micro_batch_size": 2, "tp": 1},
                     {}])
     assert masks[ROUNDED_ELSEWHERE_RULE].tolist() == [True, False, True, False]
+
+
+def test_the_decrease_flag_alone_adds_no_eval_rule() -> None:
+    # predict prices 60 at micro x DP 8 as 56 (a warning: only core_v0.18.0 on assert the unrounded eval batch); an
+    # eval rule on 60 beside the rule keeping 56 would leave no candidate but those that run 60, none of which is priced
+    masks = _masks(["--global-batch-size", "60", "--decrease-batch-size-if-needed"],
+                   [{"micro_batch_size": 1}, {"micro_batch_size": 1, "tp": 1}, {}])
+    assert EVAL_BATCH_RULE not in masks
+    assert masks[ROUNDED_ELSEWHERE_RULE].tolist() == [True, False, False]

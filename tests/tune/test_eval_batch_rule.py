@@ -32,8 +32,8 @@ def test_an_eval_batch_micro_x_dp_does_not_divide_is_refused() -> None:
     masks = _masks(["--eval-global-batch-size", "24", "--tensor-model-parallel-size", "2"],
                    [{"tp": 1}, {"tp": 2}, {"tp": 2, "micro_batch_size": 2}])
     assert masks[EVAL_BATCH_RULE].tolist() == [True, False, True]
-    masks = _masks(["--eval-global-batch-size", "24", "--eval-micro-batch-size", "1", "--tensor-model-parallel-size", "2"],
-                   [{"tp": 2, "micro_batch_size": 2}])
+    masks = _masks(["--eval-global-batch-size", "24", "--eval-micro-batch-size", "1",
+                    "--tensor-model-parallel-size", "2"], [{"tp": 2, "micro_batch_size": 2}])
     assert masks[EVAL_BATCH_RULE].tolist() == [False]  # the eval micro-batch is its own
 
 
@@ -41,9 +41,13 @@ def test_without_eval_flags_or_the_decrease_flag_no_rule_is_added() -> None:
     assert _masks([], [{"tp": 1}]) == {}
 
 
-def test_the_decrease_flag_needs_one_micro_batch_and_an_eval_batch_that_divides() -> None:
-    # global batch 64: TP 1 mbs 8 -> 8 x 16 = 128 > 64 rounds to 0 micro-batches; the eval batch (64) does not divide
-    masks = _masks(["--decrease-batch-size-if-needed"],
-                   [{"tp": 1, "micro_batch_size": 8}, {"tp": 1, "micro_batch_size": 4}, {"tp": 1}])
+def test_the_decrease_flag_needs_one_micro_batch_and_a_given_eval_batch_that_divides() -> None:
+    # global batch 64: TP 1 mbs 8 -> 8 x 16 = 128 > 64 rounds to 0 micro-batches
+    layouts = [{"tp": 1, "micro_batch_size": 8}, {"tp": 1, "micro_batch_size": 4}, {"tp": 1}]
+    masks = _masks(["--decrease-batch-size-if-needed"], layouts)
     assert masks[ROUNDED_TO_NOTHING_RULE].tolist() == [True, False, False]
-    assert masks[EVAL_BATCH_RULE].tolist() == [True, False, False]
+    # the flag alone brings no eval rule: core_v0.17 and earlier have none, predict warns of core_v0.18.0's
+    # (megatron_validate_args._check_batch_flags); an --eval-global-batch-size (core_v0.18.0 on) must divide
+    assert EVAL_BATCH_RULE not in masks
+    masks = _masks(["--decrease-batch-size-if-needed", "--eval-global-batch-size", "64"], layouts)
+    assert masks[EVAL_BATCH_RULE].tolist() == [True, False, False]  # 64 % (8 x 16)
