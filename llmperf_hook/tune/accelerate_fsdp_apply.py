@@ -32,7 +32,7 @@ PLUGIN_SOURCE = "accelerate FSDP plugin"
 """How frameworks/fsdp_sharding.py names the plugin in the recompute source."""
 KEYS = ("fsdp_activation_checkpointing", "activation_checkpointing")
 _OPTION = ("--fsdp_activation_checkpointing", "--fsdp-activation-checkpointing")
-_CONFIG_FILE = ("--config_file", "--config-file")
+CONFIG_FILE_OPTIONS = ("--config_file", "--config-file")
 
 
 def plugin_checkpointing(cfg: TrainingConfig) -> bool:
@@ -43,8 +43,9 @@ def plugin_checkpointing(cfg: TrainingConfig) -> bool:
 
 
 def _config_path(options: Sequence[str], env: Mapping[str, str]) -> Path | None:
-    """The config file accelerate reads: --config_file, else its default config when it exists (launch/accelerate.py)."""
-    given = ed.flag_value(list(options), _CONFIG_FILE)
+    """The config file accelerate reads: --config_file, else its default config when it exists (launch/accelerate.py
+    _config_file)."""
+    given = ed.flag_value(list(options), CONFIG_FILE_OPTIONS)
     if given:
         return Path(given)
     home = env.get("HF_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".cache", "huggingface")
@@ -62,7 +63,9 @@ def _config_copy(path: Path, cwd: Path, notes: list[str]) -> tuple[str, dict[str
     if not present:
         return None
     content = yaml.safe_dump({**data, "fsdp_config": {**fsdp, **{k: False for k in present}}}, sort_keys=False)
-    target = fresh_path(original, content)
+    # accelerate reads a name ending in .json with json.load, any other as YAML (config_args.load_config_from_file)
+    yaml_name = original if original.suffix in (".yaml", ".yml") else original.with_suffix(".yaml")
+    target = fresh_path(yaml_name, content)
     shown = str(target) if path.is_absolute() else str(path.parent / target.name)
     if target.exists():
         notes.append(f"accelerate config {shown} (the copy of {path} with {present[0]} false an earlier run wrote, "
@@ -89,6 +92,6 @@ def plugin_checkpointing_off(argv: Sequence[str], cwd: Path, notes: list[str],
     copy = _config_copy(path, cwd, notes) if path is not None else None
     if copy is not None:
         shown, files = copy
-        options = ed.set_value(options, _CONFIG_FILE, shown) if ed.find_flag(options, _CONFIG_FILE) else \
-            [_CONFIG_FILE[0], shown, *options]
+        options = ed.set_value(options, CONFIG_FILE_OPTIONS, shown) if ed.find_flag(options, CONFIG_FILE_OPTIONS) else \
+            [CONFIG_FILE_OPTIONS[0], shown, *options]
     return [*argv[:start], *options, *argv[rest:]], files

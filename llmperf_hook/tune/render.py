@@ -112,18 +112,24 @@ def command_changes(user_argv: Sequence[str], tuned: TunedCommand, ds_original: 
                     Change("argv", k, before.get(k), after.get(k))]
     for path, content in tuned.new_files.items():
         if Path(path).suffix in (".yaml", ".yml"):  # accelerate's config copy (tune/accelerate_fsdp_apply.py)
-            changes += _key_changes(path, _untuned_yaml(path), yaml.safe_load(content))
+            changes += _key_changes(path, _untuned_yaml(path, user_argv), yaml.safe_load(content))
         else:
             changes += _key_changes(path, ds_original or {}, json.loads(content))
     return changes
 
 
-def _untuned_yaml(path: str) -> Mapping[str, Any]:
-    """The YAML file a tuned copy was made from (`acc.llmperf-tuned-2.yaml` -> `acc.yaml`, ds_config_rewrite.fresh_path's
-    names), as loaded; {} when it is gone."""
+def _untuned_yaml(path: str, user_argv: Sequence[str]) -> Mapping[str, Any]:
+    """The accelerate config a tuned copy was made from, as loaded: the user's `accelerate launch --config_file`, else
+    the copy's own name untuned (`default_config.llmperf-tuned.yaml` -> `default_config.yaml`, ds_config_rewrite.
+    fresh_path's names); {} when it is gone."""
+    from llmperf_hook.tune.accelerate_apply import accelerate_options_span
+    from llmperf_hook.tune.accelerate_fsdp_apply import CONFIG_FILE_OPTIONS
+    from llmperf_hook.tune.argv_edit import flag_value
     from llmperf_hook.tune.ds_config_rewrite import TUNED_SUFFIX
 
-    original = Path(re.sub(re.escape(TUNED_SUFFIX) + r"(-\d+)?(\.[^.]*)$", r"\2", path))
+    span = accelerate_options_span(user_argv)
+    given = flag_value(list(user_argv[span[0]:span[1]]), CONFIG_FILE_OPTIONS) if span else None
+    original = Path(given or re.sub(re.escape(TUNED_SUFFIX) + r"(-\d+)?(\.[^.]*)$", r"\2", path))
     try:
         data = yaml.safe_load(original.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):

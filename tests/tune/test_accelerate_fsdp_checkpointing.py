@@ -68,3 +68,22 @@ def test_the_command_lines_checkpointing_is_switched_in_place(home: Path, capsys
     assert data["top"][0]["recompute"] == "none" and not data["applied"]["new_files"]
     assert applied[applied.index("--fsdp_activation_checkpointing") + 1] == "false", applied
     assert _predicted(capsys, applied)["config"]["recompute"] == "none"
+
+
+def test_a_json_config_gets_a_copy_accelerate_reads(home: Path, capsys) -> None:
+    """accelerate reads a --config_file ending in .json with json.load, any other with yaml (commands/config/
+    config_args.py load_config_from_file): the copy is YAML under a .yaml name (was: YAML text in
+    acc.llmperf-tuned.json, and tune's own diff of it an internal JSONDecodeError), diffed against the user's file."""
+    config = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "FSDP", "mixed_precision": "bf16",
+              "num_processes": 8, "fsdp_config": {"fsdp_activation_checkpointing": True}}
+    (home / "acc.json").write_text(json.dumps(config))
+    (home / "acc.yaml").write_text("distributed_type: NO\n")  # another file of that stem: neither read nor written
+    data = _tune(capsys, ["accelerate", "launch", "--config_file", "acc.json", *TRAINER])
+    applied = data["applied"]["argv"]
+    assert applied[applied.index("--config_file") + 1] == "acc.llmperf-tuned.yaml", applied
+    copy = yaml.safe_load((home / "acc.llmperf-tuned.yaml").read_text())
+    assert copy == {**config, "fsdp_config": {"fsdp_activation_checkpointing": False}}
+    assert json.loads((home / "acc.json").read_text()) == config
+    assert [(c["key"], c["old"], c["new"]) for c in data["top"][0]["changes"] if c["where"] != "argv"] == [
+        ("fsdp_config.fsdp_activation_checkpointing", "true", "false")]
+    assert _predicted(capsys, applied)["config"]["recompute"] == "none"
