@@ -18,10 +18,10 @@ from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_b
 from llmperf_hook.frameworks.code_ds_config import code_config_warnings
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (ACCELERATOR_FILLS, MEGATRON_SCRIPT_FILLS, check_hpz,
-                                                    check_moe_pipe_partitioning,
-                                                    check_plain_deepspeed, ds_auto_batch_warnings, ds_batch, ds_optimizer,
+                                                    check_moe_pipe_partitioning, check_plain_deepspeed,
+                                                    ds_auto_batch_warnings, ds_batch, ds_optimizer,
                                                     ds_precision, hf_batch, megatron_ds_precision, merge_megatron_batch,
-                                                    unfilled_batch_key_warnings)
+                                                    pipe_sends_partitioned, unfilled_batch_key_warnings)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.hf_config import no_sdpa_attention
@@ -102,6 +102,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     warnings += check_megatron_flags(flags, job.script_args, parts.model, parts.parallel, framework == "megatron-deepspeed")
     warnings += check_validate_args(flags, job.script_args, parts.parallel, framework == "megatron-deepspeed")
     optimizer, precision, pipeline_engine, recompute = parts.optimizer, parts.precision, False, parts.recompute
+    partitioned = True
     if framework == "megatron-deepspeed" and ds is not None:
         ds = _megatron_deepspeed_zero(flags, ds, warnings)
         check_plain_deepspeed(ds, job.world_size)
@@ -112,6 +113,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
                                                                                                parts.parallel.pp)
         if pipeline_engine:
             check_moe_pipe_partitioning(ds, parts.model.num_experts, parts.parallel)
+            partitioned = pipe_sends_partitioned(ds, warnings if parts.parallel.tp > 1 else [])
         if pipeline_engine and ds.pipeline_checkpoint_interval > 0:
             # pipe/engine.py: the ds_config's interval replaces GPTModelPipe's (--checkpoint-num-layers or 0)
             recompute = replace(recompute, granularity="full", method="uniform", num_layers=ds.pipeline_checkpoint_interval)
@@ -161,6 +163,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         **fusions,
         softmax_in_fp32=flags.get("attention_softmax_in_fp32"), query_key_layer_scaling=flags.get("apply_query_key_layer_scaling"),
         sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
+        deepspeed_pipe_partitioned=partitioned,
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),
         cuda_device_max_connections=connections, torch_linear_layers=splits_bias,
     )

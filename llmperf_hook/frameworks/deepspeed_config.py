@@ -70,8 +70,12 @@ class DsSettings:
     pipeline_stages: int | None = None
     pipeline_checkpoint_interval: int = 0
     """DeepSpeed pipeline engine's activation_checkpoint_interval (layers per checkpoint; 0 = none)."""
-    pipeline_partitioned_keys: tuple[str, ...] = ()
-    """pipeline.pipe_partitioned / grad_partitioned given truthy in the file (Megatron-DeepSpeed reads only those)."""
+    pipe_partitioned: bool | None = None
+    """pipeline.pipe_partitioned as the file gives it (truthiness, as Megatron-DeepSpeed reads it); None: absent, which
+    DeepSpeed takes as true (runtime/config.py get_pipeline_config) and Megatron-DeepSpeed's MoE check as false. At
+    TP > 1 the PipelineEngine then sends each stage's activation in 1/TP slices (pipe/engine.py is_pipe_partitioned)."""
+    grad_partitioned: bool | None = None
+    """pipeline.grad_partitioned alike: the gradients sent back in 1/TP slices (is_grad_partitioned)."""
     zero_hpz_partition_size: int = 1
     """ZeRO++ hierarchical partitioning (hpZ): ranks holding a secondary copy of the ZeRO-3 weights; 1 = off."""
     zero_quantized_weights: bool = False
@@ -269,8 +273,9 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
     if isinstance(pipe, dict) and isinstance(pipe.get("activation_checkpoint_interval"), int) and pipe["activation_checkpoint_interval"] > 0:
         out["pipeline_checkpoint_interval"] = pipe["activation_checkpoint_interval"]
         src["recompute"] = Source(SourceKind.CONFIG_FILE, f"{origin} pipeline.activation_checkpoint_interval")
-    if isinstance(pipe, dict):
-        out["pipeline_partitioned_keys"] = tuple(k for k in ("pipe_partitioned", "grad_partitioned") if pipe.get(k))
+    for key in ("pipe_partitioned", "grad_partitioned"):
+        if isinstance(pipe, dict) and key in pipe:
+            out[key] = bool(pipe[key])
     for key in ("data_efficiency",):
         if raw.get(key) not in (None, False, {}):
             warnings.append(f"{origin} {key} accepted, not modelled")

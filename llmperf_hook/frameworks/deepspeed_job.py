@@ -156,17 +156,49 @@ def megatron_ds_precision(argv: str, ds: DsSettings, flags: FlagValues, src: dic
     return section
 
 
+_PARTITION_KEYS = ("pipe_partitioned", "grad_partitioned")
+
+
 def check_moe_pipe_partitioning(ds: DsSettings, num_experts: int, parallel: ParallelLayout) -> None:
-    """Megatron-DeepSpeed's GPTModelPipe (megatron/model/gpt_model.py __init__) asserts 'Pipe and/or Grad partitioning
-    are not supported for MoE model' for an MoE model at PP > 1 and TP > 1 whose ds_config pipeline section sets
-    pipe_partitioned or grad_partitioned (it reads them with default False): DeepSpeed's PipelineEngine partitions one
-    tensor per stage boundary, and an MoE model sends two that need gradients."""
-    if ds.pipeline_partitioned_keys and num_experts > 1 and parallel.pp > 1 and parallel.tp > 1:
-        keys = " and ".join(f"pipeline.{key}" for key in ds.pipeline_partitioned_keys)
-        raise ConfigError(f"{ds.path} sets {keys} for an MoE model ({num_experts} experts) at pipeline-model-parallel-"
-                          f"size {parallel.pp} and tensor-model-parallel-size {parallel.tp}: Megatron-DeepSpeed's "
-                          "GPTModelPipe asserts 'Pipe and/or Grad partitioning are not supported for MoE model' "
-                          "(megatron/model/gpt_model.py). Set them false, or train at TP 1 or with --no-pipeline-parallel.")
+    """An MoE model under DeepSpeed's PipelineEngine at PP > 1 and TP > 1 runs only with the ds_config's
+    pipeline.pipe_partitioned and grad_partitioned both false. Megatron-DeepSpeed's GPTModelPipe (megatron/model/
+    gpt_model.py __init__) asserts 'Pipe and/or Grad partitioning are not supported for MoE model' when the file sets
+    either (read with default False): the engine partitions one tensor per stage boundary, and an MoE stage sends two
+    that need gradients, its output and the aggregated MoE loss (bcedecd1). A key the file leaves out passes that check
+    but is true in DeepSpeed (runtime/config.py get_pipeline_config): pipe/engine.py _exec_forward_pass then asserts
+    that every output after the first needs no gradient, which the MoE loss does, and _exec_send_grads sends only the
+    first tensor's gradient where the receiver waits for both."""
+    if num_experts <= 1 or parallel.pp <= 1 or parallel.tp <= 1:
+        return
+    where = (f"an MoE model ({num_experts} experts) at pipeline-model-parallel-size {parallel.pp} and "
+             f"tensor-model-parallel-size {parallel.tp} under DeepSpeed's PipelineEngine")
+    fix = ("Set pipeline.pipe_partitioned and pipeline.grad_partitioned to false in it, or train at TP 1 or with "
+           "--no-pipeline-parallel.")
+    given = [f"pipeline.{key}" for key in _PARTITION_KEYS if getattr(ds, key)]
+    if given:
+        raise ConfigError(f"{ds.path} sets {' and '.join(given)} for {where}: Megatron-DeepSpeed's GPTModelPipe asserts "
+                          f"'Pipe and/or Grad partitioning are not supported for MoE model' (megatron/model/"
+                          f"gpt_model.py). {fix}")
+    missing = [f"pipeline.{key}" for key in _PARTITION_KEYS if getattr(ds, key) is None]
+    if missing:
+        raise ConfigError(f"{ds.path} leaves out {' and '.join(missing)} for {where}: DeepSpeed takes an absent key "
+                          "as true (runtime/config.py get_pipeline_config) and partitions only the first tensor a stage "
+                          "sends (pipe/engine.py: _exec_forward_pass asserts the rest need no gradient, _exec_send_grads "
+                          "sends the first one's alone), while an MoE stage also sends its MoE loss, which needs one. "
+                          "Megatron-DeepSpeed's GPTModelPipe check reads an absent key as false and lets it through, so "
+                          f"the job fails in its first step. {fix}")
+
+
+def pipe_sends_partitioned(ds: DsSettings, warnings: list[str]) -> bool:
+    """Whether DeepSpeed's PipelineEngine sends activations and gradients between stages in 1/TP slices, rebuilt by a
+    TP all-gather on the receiver (pipe/engine.py: is_pipe_partitioned / is_grad_partitioned = model parallel and the
+    ds_config's pipeline.pipe_partitioned / grad_partitioned, both true by default). Both false: whole tensors. One
+    false is priced as both partitioned, with a warning (graph/build.py prices one send for both directions)."""
+    values = [getattr(ds, key) is not False for key in _PARTITION_KEYS]
+    if values[0] != values[1]:
+        warnings.append(f"{ds.path} pipeline.pipe_partitioned {str(values[0]).lower()} with grad_partitioned "
+                        f"{str(values[1]).lower()}: priced as both partitioned (1/TP sends rebuilt by a TP all-gather)")
+    return any(values)
 
 
 _HF_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "max_grad_norm": 1.0}

@@ -472,6 +472,9 @@ class TrainingConfig:
     deepspeed_pipeline_engine: bool = False
     """True when DeepSpeed's PipelineEngine runs the model (Megatron-DeepSpeed without --no-pipeline-parallel,
     or a DeepSpeed script with pipeline stages); it rejects ZeRO-2/3."""
+    deepspeed_pipe_partitioned: bool = True
+    """Whether that engine sends stage activations and gradients in 1/TP slices at TP > 1 (the ds_config's
+    pipeline.pipe_partitioned / grad_partitioned, DeepSpeed's default true; False when the file sets both false)."""
     transformer_impl: str = "transformer_engine"
     """Megatron --transformer-impl (transformer_engine | local | inference_optimized); the local layers' attention
     has no context parallelism."""

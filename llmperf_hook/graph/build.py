@@ -236,12 +236,13 @@ def _p2p_ops(cfg: TrainingConfig, ctx: lo.LayerContext, gpus_per_node: int) -> t
     pair = place_group("pp", p.pp, p, gpus_per_node)
     coll = type(pair)(group="pp", group_size=2, ranks_per_node=min(2, pair.ranks_per_node),
                       groups_sharing_node=pair.groups_sharing_node)
-    if not (cfg.deepspeed_pipeline_engine and p.tp > 1):
+    if not (cfg.deepspeed_pipeline_engine and cfg.deepspeed_pipe_partitioned and p.tp > 1):
         return Op("pp.send_recv", "p2p", "fwd", {"bytes": nbytes}, dtype=cfg.precision, collective=coll), None
     # DeepSpeed's PipelineEngine with model parallelism sends each activation and its gradient as a
     # PartitionedTensor: every TP rank sends its 1/TP slice, the receiver rebuilds the whole tensor with an
     # all-gather over its TP group before computing (deepspeed/runtime/pipe/engine.py is_pipe_partitioned /
-    # is_grad_partitioned, on whenever the model-parallel size > 1; runtime/utils.py PartitionedTensor.full).
+    # is_grad_partitioned: model-parallel size > 1 and the ds_config's pipeline.pipe_partitioned / grad_partitioned,
+    # true by default; runtime/utils.py PartitionedTensor.full).
     send = Op("pp.send_recv", "p2p", "fwd", {"bytes": -(-nbytes // p.tp)}, dtype=cfg.precision, collective=coll)
     gather = lo.comm("pp.partition_allgather", "allgather", nbytes, ctx.tp, ctx)
     return send, gather

@@ -176,9 +176,10 @@ def _p2p_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndar
     # Adjacent stages are tp*cp*dp ranks apart (Megatron order tp-cp-dp-pp): same node only if that fits.
     stride = cfg.world_size // cols["pp"]
     nbytes = tokens * cfg.model.hidden_size * _BYTES.get(cfg.precision, 2) / np.where(cols["sp"] > 0, cols["tp"], 1)
-    if not cfg.deepspeed_pipeline_engine:
+    if not (cfg.deepspeed_pipeline_engine and cfg.deepspeed_pipe_partitioned):
         return nbytes / _bandwidth(cluster, stride < cluster.gpus_per_node) + cluster.inter_node.latency_s
-    # DeepSpeed's PipelineEngine sends 1/TP slices and all-gathers them over the TP group (graph/build.py).
+    # DeepSpeed's PipelineEngine sends 1/TP slices and all-gathers them over the TP group (graph/build.py _p2p_ops),
+    # unless the ds_config sets pipeline.pipe_partitioned / grad_partitioned false.
     send = nbytes / cols["tp"] / _bandwidth(cluster, stride < cluster.gpus_per_node) + cluster.inter_node.latency_s
     return send + np.where(cols["tp"] > 1, nbytes / _bandwidth(cluster, cols["tp"] <= cluster.gpus_per_node), 0.0)
 

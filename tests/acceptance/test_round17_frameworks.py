@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from llmperf_hook.frameworks.resolve import resolve_job
+from llmperf_hook.graph.build import build_graph
+from llmperf_hook.hardware.load import load_cluster
 from tests.acceptance.cli import run_cli
 
 NO_PRECISION = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -170,20 +173,44 @@ def test_trainer_fp16_with_bf16_exits_2(launch: list[str], tmp_path: Path, capsy
     assert code == 2 and "At most one of fp16 and bf16" in err, err
 
 
-@pytest.mark.parametrize(("pipeline", "experts", "refused"), [
-    ({"pipe_partitioned": True}, ["--num-experts", "8", "--moe-expert-parallel-size", "2"], True),
-    ({"grad_partitioned": True}, ["--num-experts", "8", "--moe-expert-parallel-size", "2"], True),
-    ({"pipe_partitioned": False}, ["--num-experts", "8", "--moe-expert-parallel-size", "2"], False),
-    ({"pipe_partitioned": True}, [], False)])
-def test_megatron_deepspeed_moe_refuses_pipe_partitioning(pipeline: dict, experts: list[str], refused: bool,
+MOE = ["--num-experts", "8", "--moe-expert-parallel-size", "2"]
+OFF = {"pipe_partitioned": False, "grad_partitioned": False}
+
+
+@pytest.mark.parametrize(("pipeline", "experts", "says"), [
+    ({"pipe_partitioned": True}, MOE, "not supported for MoE model"),
+    ({"grad_partitioned": True, "pipe_partitioned": False}, MOE, "not supported for MoE model"),
+    ({}, MOE, "leaves out pipeline.pipe_partitioned and pipeline.grad_partitioned"),
+    ({"pipe_partitioned": False}, MOE, "leaves out pipeline.grad_partitioned"),
+    (OFF, MOE, None), ({"pipe_partitioned": True}, [], None)])
+def test_megatron_deepspeed_moe_refuses_pipe_partitioning(pipeline: dict, experts: list[str], says: str | None,
                                                           tmp_path: Path, capsys, monkeypatch) -> None:
     """GPTModelPipe.__init__ (Megatron-DeepSpeed megatron/model/gpt_model.py) asserts 'Pipe and/or Grad partitioning
     are not supported for MoE model' when an MoE model at PP > 1 and TP > 1 has the ds_config's pipeline
-    pipe_partitioned or grad_partitioned true (read with default False). llmperf priced it."""
+    pipe_partitioned or grad_partitioned true (read with default False). A key left out is true in DeepSpeed
+    (runtime/config.py get_pipeline_config), whose PipelineEngine then cannot send the MoE loss (pipe/engine.py
+    _exec_forward_pass asserts the outputs after the first need no gradient): only both false runs. llmperf priced
+    all of them (R87: the left-out keys too)."""
     config = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 0},
               "fp16": {"enabled": True}, "pipeline": pipeline}
     code, _, err = _explain(tmp_path, config, [*MDS, "--fp16", *experts], capsys, monkeypatch, model="")
-    assert (code, "not supported for MoE model" in err) == ((2, True) if refused else (0, False)), err
+    assert (code, bool(says) and says in err) == ((2, True) if says else (0, False)), err
+
+
+@pytest.mark.parametrize(("pipeline", "partitioned", "warned"), [
+    ({}, True, False), (OFF, False, False), ({"pipe_partitioned": True, "grad_partitioned": False}, True, True)])
+def test_pipeline_engine_partitioned_sends_follow_the_ds_config(pipeline: dict, partitioned: bool, warned: bool,
+                                                                tmp_path: Path, capsys, monkeypatch) -> None:
+    """DeepSpeed's PipelineEngine sends stage activations / gradients in 1/TP slices only when the ds_config's
+    pipeline.pipe_partitioned / grad_partitioned (default true) say so (pipe/engine.py: is_pipe_partitioned =
+    is_model_parallel and pipe_partitioned). llmperf priced the slices and their TP all-gathers whenever TP > 1."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4,
+                                                  "fp16": {"enabled": True}, "pipeline": pipeline}))
+    _, cfg = resolve_job([*MDS, "--fp16"], {})
+    graph = build_graph(cfg, load_cluster("dgx-h100"))
+    assert (cfg.deepspeed_pipe_partitioned, graph.p2p_gather is not None) == (partitioned, partitioned)
+    assert any("priced as both partitioned" in w for w in cfg.warnings) == warned
 
 
 @pytest.mark.parametrize(("deepspeed", "refused"), [(["--deepspeed", "ds.json"], True), ([], False)])

@@ -31,6 +31,16 @@ def test_pipeline_engine_sends_one_tp_slice_and_gathers_the_rest(tp: int) -> Non
     assert gather in engine.all_ops()
 
 
+def test_whole_sends_when_the_ds_config_turns_partitioning_off() -> None:
+    """pipeline.pipe_partitioned / grad_partitioned false: the engine sends whole tensors, nothing to gather."""
+    cfg = _graph(4, engine=False)  # the same shape through the engine with partitioning off prices as plain p2p
+    off = build_graph(dataclasses.replace(
+        make_config(num_layers=8, hidden_size=4096, num_attention_heads=32, seq_length=2048, tp=4, pp=4, dp=4,
+                    micro_batch_size=2, precision="fp16", framework="megatron-deepspeed"),
+        deepspeed_pipeline_engine=True, deepspeed_pipe_partitioned=False), load_cluster("vtrain-a100"))
+    assert off.p2p is not None and cfg.p2p is not None and off.p2p.dims == cfg.p2p.dims and off.p2p_gather is None
+
+
 def test_partitioned_send_is_cheaper_across_nodes() -> None:
     # Adjacent stages are tp*dp = 32 ranks apart: the send crosses the network, the gather stays on NVLink.
     cluster = load_cluster("vtrain-a100")
