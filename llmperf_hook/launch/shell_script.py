@@ -272,6 +272,10 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
             value = _with_operator(value, found.group(2), "")
         if value is not None and (found.group(1) or found.group(4)) in ("@", "*") and not found.group(2):
             return shlex.join([field for arg in args for field in split(arg)])
+        if value is not None and _unsplit_word(text, outside, found.start()):  # `case $X in`: one word (3.2.5.2)
+            return shlex.quote(value)
+        if value is not None and brackets and brackets[found.start()]:  # a `[[ ]]` operand is not split either; kept
+            return shlex.join(value.split())  # as read before H205's IFS (a quoted operand is no pattern there)
         return found.group(0) if value is None else shlex.join(split(value))
 
     def each_arg(found: re.Match[str]) -> str:
@@ -308,6 +312,7 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
     if "$@" in text or "$*" in text or "${@}" in text or "${*}" in text:
         text = _UNQUOTED_ALL.sub(unquoted_args, text)
         outside, _, end = _scan(text)
+    brackets = _in_double_brackets(text, outside, end) if "[[" in text else []
     return _WORD_REF.sub(fields, text)
 
 

@@ -323,9 +323,10 @@ class ShellVariables:
             keys = associative_values(self, name, keys=True) if name in self.assoc else None
             if slots is None or name in self.unknown_heads:
                 return found.group(0)
-            listed = " ".join(keys if keys is not None else
-                              (str(k) for k, slot in enumerate(slots) if slot is not None))
-            return shlex.quote(listed) if quoted and subscript == "*" else listed
+            listed = keys if keys is not None else [str(k) for k, slot in enumerate(slots) if slot is not None]
+            if not quoted:  # as the elements are (`words`): split at the script's IFS
+                return shlex.join([field for key in listed for field in self.fields(key)])
+            return shlex.join(listed) if subscript == "@" else shlex.quote(self.star_joined(listed))
 
         text = _ARRAY_INDICES.sub(indices, expand_items(self, text)) if "${!" in text else expand_items(self, text)
         text = _ARGUMENT_SLICE.sub(self._argument_slice, text) if "${@:" in text or "${*:" in text else text

@@ -1,0 +1,43 @@
+"""R89's review of H205 (bash arrays, IFS): cases compared with bash 5.2 itself (`_same_as_bash`: the script runs in
+the real bash with stub launchers; llmperf reads the same launch, or refuses where bash stops)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.launch.test_front_end_h197 import _same_as_bash
+
+T = "torchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2"
+
+UNSPLIT_WORDS = {  # bash manual 3.2.5.2: the word of `case` and the operands of `[[ ]]` are expanded, never split
+    "case_word_at_the_script_s_ifs": f"IFS=,\nX=a,b\ncase $X in a,b) Y=ok;; *) Y=no;; esac\n{T} --xx $Y\n",
+    "case_word_over_lines": f"IFS=,\nX=a,b\ncase $X in\n  a,b) Y=ok;;\n  *) Y=no;;\nesac\n{T} --xx $Y\n",
+    "case_word_with_a_blank": f"X='a b'\ncase $X in 'a b') Y=ok;; *) Y=no;; esac\n{T} --xx $Y\n",
+    "case_word_empty": f"X=\ncase $X in '') Y=ok;; *) Y=no;; esac\n{T} --xx $Y\n",
+    "double_brackets_at_the_script_s_ifs": f"IFS=,\nX=a,b\nif [[ $X == a,b ]]; then Y=ok; else Y=no; fi\n{T} --xx $Y\n",
+}
+
+
+@pytest.mark.parametrize("name", UNSPLIT_WORDS)
+def test_words_bash_does_not_split(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """H205's IFS splitting split these at `,` (`case a b in` matched no arm: Y=no, where bash takes `a,b)`); a
+    blank in the case word already parted it before."""
+    _same_as_bash(UNSPLIT_WORDS[name], [], tmp_path, monkeypatch)
+
+
+KEYS = {  # bash manual 6.7: `"${!NAME[@]}"` one word per key; `"${!NAME[*]}"` one word, joined at IFS's first character
+    "a_key_with_a_blank": "declare -A M=([\"a b\"]=1 ['c']=2)\n" + T + " --keys \"${!M[@]}\" --cnt ${#M[@]}\n",
+    "looped_over": "declare -A M=([\"a b\"]=1)\nfor k in \"${!M[@]}\"; do X=\"<$k>\"; done\n" + T + " --xx \"$X\"\n",
+    "starred_at_the_script_s_ifs": "declare -A M=([tp]=2 [pp]=4)\nA=([1]=x [4]=y)\nIFS=,\n" + T +
+                                   " --keys \"${!M[*]}\" --xx \"${!A[*]}\"\n",
+    "unquoted_at_the_script_s_ifs": "declare -A M=([a,b]=1)\nIFS=,\n" + T + " --keys ${!M[@]}\n",
+}
+
+
+@pytest.mark.parametrize("name", KEYS)
+def test_an_associative_array_s_keys_as_words(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """H205 listed the keys joined at blanks (`"${!M[@]}"` of the key `a b`: two words) and `"${!M[*]}"` at a blank
+    whatever IFS the script set."""
+    _same_as_bash(KEYS[name], [], tmp_path, monkeypatch)
