@@ -189,13 +189,14 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str, memo: dic
     profile = find_operator_profile(cluster, dtype)
     comm_model = fitted.find_comm_model(cluster.name)
     cpu_cost = find_cpu_framework_cost(cluster.gpu.name, dtype)
-    key = (id(profile), id(comm_model), dtype, cluster_key(cluster))
-    hit = memo.get(key) if memo is not None and cpu_cost is None else None
+    if memo is None or cpu_cost is not None:
+        return _op_times(graph, cluster, dtype, profile, comm_model, cpu_cost)
+    key = (id(profile), id(comm_model), dtype)  # the memo is one graph's: of one configuration and cluster
+    hit = memo.get(key)
     if hit is not None and hit[0] is profile and hit[1] is comm_model:
         return hit[2]
     times = _op_times(graph, cluster, dtype, profile, comm_model, cpu_cost)
-    if memo is not None and cpu_cost is None:
-        memo[key] = (profile, comm_model, times)  # held, so their ids stay theirs
+    memo[key] = (profile, comm_model, times)  # held, so their ids stay theirs
     return times
 
 
