@@ -272,8 +272,8 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     space, switches = _trainer_checkpointing(cfg, space, script, script_args)
     if switches and modes_only_megatron:
         click.echo(f"llmperf tune: warning: --search {search_file}: recompute {', '.join(modes_only_megatron)} is "
-                   "Megatron's; --gradient_checkpointing is on (full recompute of every layer) or off, so only none "
-                   "and full are tried", err=True)
+                   f"Megatron's; {_checkpointing_switch(cfg)} is on (full recompute of every layer) or off, so only "
+                   "none and full are tried", err=True)
     for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts, asked_raw,
                               frozenset({"recompute"} if switches else ())) if search_file else ():
         click.echo(f"llmperf tune: warning: {note}", err=True)
@@ -296,14 +296,18 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
 
 
 def _trainer_checkpointing(cfg: Any, space: Any, script: str, script_args: Sequence[str]) -> tuple[Any, bool]:
-    """(space, whether tune switches the Trainer's --gradient_checkpointing): a Trainer job under DeepSpeed, DDP or
-    FSDP searches it on and off, unless its --fsdp_config turns on FSDP's own checkpointing or the script's own
-    parser lacks the flag (then, with a warning, the command's: tune/trainer_checkpointing.py)."""
+    """(space, whether tune switches the job's checkpointing: the Trainer's --gradient_checkpointing, or accelerate's
+    FSDP plugin's in its launcher): a Trainer job under DeepSpeed, DDP or FSDP searches it on and off, unless its
+    --fsdp_config turns on FSDP's own checkpointing or the script's own parser lacks the flag (then, with a warning,
+    the command's: tune/trainer_checkpointing.py)."""
     from dataclasses import replace
 
+    from llmperf_hook.tune.accelerate_fsdp_apply import plugin_checkpointing
     from llmperf_hook.tune.candidate import candidate_of
     from llmperf_hook.tune.trainer_checkpointing import checkpointing_kept, trainer_switches_checkpointing
 
+    if plugin_checkpointing(cfg):  # accelerate's FSDP plugin: switched in its launcher (tune/accelerate_fsdp_apply.py)
+        return space, True
     if not (cfg.framework == "hf-deepspeed" or trainer_switches_checkpointing(cfg)):
         return space, False
     why = checkpointing_kept(script, script_args)
@@ -312,6 +316,12 @@ def _trainer_checkpointing(cfg: Any, space: Any, script: str, script_args: Seque
     click.echo(f"llmperf tune: warning: {why}: --gradient_checkpointing is not searched (kept as your command has it)",
                err=True)
     return replace(space, recompute=(candidate_of(cfg).recompute,)), True
+
+
+def _checkpointing_switch(cfg: Any) -> str:
+    from llmperf_hook.tune.accelerate_fsdp_apply import plugin_checkpointing
+
+    return "accelerate's FSDP activation checkpointing" if plugin_checkpointing(cfg) else "--gradient_checkpointing"
 
 
 def _zero_stages(cfg: Any, stages: tuple[int, ...], ds_settings: Mapping[int, Any] | None) -> tuple[int, ...]:

@@ -87,3 +87,17 @@ def test_a_json_config_gets_a_copy_accelerate_reads(home: Path, capsys) -> None:
     assert [(c["key"], c["old"], c["new"]) for c in data["top"][0]["changes"] if c["where"] != "argv"] == [
         ("fsdp_config.fsdp_activation_checkpointing", "true", "false")]
     assert _predicted(capsys, applied)["config"]["recompute"] == "none"
+
+
+def test_a_search_files_recompute_is_read_as_the_plugins_switch(home: Path, capsys) -> None:
+    """recompute of a --search file is searched for a plugin job (none / full: the plugin's switch), so it is not
+    warned as ignored (it was: 'recompute is not searched for a torch command'), and the Megatron-only modes are."""
+    (home / "s.yaml").write_text("recompute: [none, selective, full]\nmicro_batch_size: [2]\n")
+    command = ["accelerate", "launch", "--use_fsdp", "--num_processes", "8", "--mixed_precision", "bf16",
+               "--fsdp_activation_checkpointing", "true", *TRAINER]
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b",
+                              "--search", "s.yaml", "--", *command], capsys)
+    assert code == 0, err
+    assert set(json.loads(out)["knobs"]["searched"]["recompute"]) == {"none", "full"}
+    assert "recompute is not searched" not in err, err
+    assert "recompute selective is Megatron's; accelerate's FSDP activation checkpointing" in err, err
