@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ranking_consistency import TP_CALLS_PER_LAYER, consistency_pairs, flagged_cells
-from ranking_diagnostics import WITHIN, cell_costs, cell_key, choice_index
+from ranking_diagnostics import cell_costs, cell_key, choice_index, is_hit
 
 PARTS = ("compute", "recompute", "host_overhead", "comm_tp", "pipeline_bubble", "optimizer", "comm_dp_grad")
 """StepEstimate.breakdown keys printed per row, in this order (the rest is summed as 'other')."""
@@ -36,18 +36,19 @@ def parts_text(breakdown: dict) -> str:
 
 
 def s24_misses(results: list, flags: dict) -> list[tuple]:
-    """(group key, best index, choice index, kept points) of the S24 groups missed without the flagged cells' rows.
-    Indices are into the kept points; the bench's GroupResult.breakdowns is aligned with GroupResult.points."""
+    """(group result, best index, choice index or None) of the S24 groups missed without the flagged cells' rows,
+    a miss as report_flagged counts it (ranking_diagnostics.is_hit). Indices are into the group's whole points, to
+    which the bench's GroupResult.breakdowns is aligned."""
     out = []
     for r in results:
         kept = [i for i, p in enumerate(r.points) if cell_key(p) not in flags]
         pts = [r.points[i] for i in kept]
         if not pts or pts[0].family[0] != "S24" or len({p.layout for p in pts}) < 2:
             continue
-        c = choice_index(pts, [p.predicted_s for p in pts])
-        best_s = min(p.measured_s for p in pts)
-        if c is not None and pts[c].measured_s <= (1 + WITHIN) * best_s:
+        predicted = [p.predicted_s for p in pts]
+        if is_hit(pts, predicted):
             continue
+        c = choice_index(pts, predicted)
         b = min(range(len(pts)), key=lambda k: pts[k].measured_s)
         out.append((r, kept[b], None if c is None else kept[c]))
     return out

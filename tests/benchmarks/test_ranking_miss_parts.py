@@ -59,3 +59,14 @@ def test_tp_call_excess_is_the_unpriced_part_of_an_equal_work_step_per_call(caps
     assert "h2048 TP 1 mbs 1 -> TP 2 mbs 2: +1.39 / +0.30  excess  +182 us per call" in out
     parts.report_tp_call_excess(points, {("S24", 2048, 2, 2): ["odd"]})
     assert "excess" not in capsys.readouterr().out.split("us:")[-1]
+
+
+def test_report_prints_each_miss_with_both_rows_parts_and_the_counts(capsys) -> None:
+    group = _group(_row(1, 1, 4, 0.2154, 0.2410), _row(2, 2, 2, 0.2534, 0.2230))
+    group.breakdowns = ({"compute": 0.1, "host_overhead": 0.02, "data_load": 0.001}, {"compute": 0.1, "comm_tp": 0.01})
+    parts.report_miss_parts([group])
+    out = capsys.readouterr().out
+    assert "flagged cells (1)" in out
+    assert "TP 1->2 mbs 1->2 DP 4->2; measured gap +17.6%, predicted -7.5%" in out
+    assert "| comp 100.0 host 20.0 other 1.0" in out and "| comp 100.0 tp 10.0 other 0.0" in out
+    assert "first knob that differs: TP 1" in out and "error directions: best slow, choice fast 1" in out
