@@ -159,8 +159,12 @@ def mixed_precision_sections(raw: dict[str, Any], mixed: str, origin: str = "", 
     `mixed` is ACCELERATE_MIXED_PRECISION, or "no" where the Trainer's --bf16 / --fp16 decide (TrainingArguments
     exports them as ACCELERATE_MIXED_PRECISION, after its fill_match has checked the file). A section still missing is
     left "auto", for frameworks/deepspeed_job.ds_precision to read from the Trainer's flags (fp32 without them).
+    Adding a missing section is accelerate >= 0.16.0's (e60f3cab, #941; before, only a config with neither section got
+    one) and fp8 -> bf16 >= 0.34.0's (a452327e, #2983); llmperf reads no accelerate version and follows today's.
     Returns the section it added (None: none). `origin` (the config's name) also asks for set_mixed_precision's
-    refusal of the other dtype enabled in the file; the Trainer's own mismatch check stops such a file first.
+    refusal of the other dtype enabled in the file, which under the Trainer comes first: Trainer.__init__ builds the
+    Accelerator, while the mismatches its trainer_config_process found are raised at train() (deepspeed_init ->
+    trainer_config_finalize, transformers integrations/deepspeed.py).
     `fill_auto`: the plugin is the first to fill the config (`accelerate launch`'s plugin: Accelerator, or
     TrainingArguments.__post_init__ building DeepSpeedPlugin() before the Trainer's trainer_config_process):
     its fill_match(must_match=False) turns an "enabled": "auto" into `mixed == section` (bf16 for fp8 too)."""

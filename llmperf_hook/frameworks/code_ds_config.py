@@ -36,6 +36,7 @@ def code_config_warnings(script: str) -> list[str]:
     line = code_config_line(script)
     if line is None:
         return []
-    return [f"{script} line {line} calls deepspeed.initialize(config=...) with a ds_config built in its code, which "
-            "llmperf does not read: priced as plain PyTorch data parallelism (no ZeRO, no offload, the precision of "
-            "the script's flags). Write the config to a JSON file and pass it with --deepspeed_config to have it read"]
+    return [f"{script} line {line} calls deepspeed.initialize(config=...) with a ds_config llmperf does not read (built "
+            "in the script, or a file named by one of its own options): priced as plain PyTorch data parallelism (no "
+            "ZeRO, no offload, the precision of the script's flags). llmperf reads a ds_config only from the launch "
+            "line's --deepspeed_config (or the Trainer's --deepspeed FILE)"]

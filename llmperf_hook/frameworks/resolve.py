@@ -163,7 +163,7 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
         raw = plugin_config_file(raw, env, str(path))
         # a missing fp16/bf16 section: the Trainer's --fp16/--bf16, else accelerate launch's --mixed_precision
         mixed = trainer_mixed_precision(flags, env)
-        added = mixed_precision_sections(raw, mixed)
+        added = mixed_precision_sections(raw, mixed, str(path))  # its ValueError comes before the Trainer's mismatches
     # Megatron-DeepSpeed's entry points pass their own optimizer (FusedAdam); a user's script taking Megatron's flags
     # is read for the one it passes (the CPU testbed's torch.optim.AdamW; none: the section's), and one that cannot be
     # read is taken for Megatron-DeepSpeed's

@@ -65,6 +65,16 @@ def test_accelerate_mixed_precision_against_the_other_dtype_exits_2(tmp_path: Pa
     assert code == 2 and "cannot be set to `bf16` when `fp16` is set" in err, err
 
 
+def test_trainer_under_accelerate_mixed_precision_against_the_file_names_accelerates_error(
+        tmp_path: Path, capsys, monkeypatch) -> None:
+    """The same refusal under the Trainer's --deepspeed FILE: set_mixed_precision runs when Trainer.__init__ builds the
+    Accelerator, before trainer_config_finalize raises the fill_match mismatches at train() (transformers
+    integrations/deepspeed.py). llmperf named the Trainer's mismatch (R87)."""
+    code, _, err = _explain(tmp_path, {**NO_PRECISION, "fp16": {"enabled": True}}, _accelerate_trainer("bf16"), capsys,
+                            monkeypatch)
+    assert code == 2 and "cannot be set to `bf16` when `fp16` is set" in err, err
+
+
 MDS = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--tensor-model-parallel-size", "2",
        "--pipeline-model-parallel-size", "2", "--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads",
        "16", "--seq-length", "2048", "--max-position-embeddings", "2048", "--micro-batch-size", "4",
