@@ -145,7 +145,10 @@ def megatron_ds_precision(argv: str, ds: DsSettings, flags: FlagValues, src: dic
         warnings.append(f"--{argv} (argv) but {ds.path} enables neither fp16 nor bf16: DeepSpeed runs its fp32 engine "
                         f"(no cast, no {argv} optimizer wrapper) on the model Megatron built in {argv} (arguments.py "
                         "params_dtype) with Megatron's bare optimizer (megatron/optimizer: `if args.deepspeed: return "
-                        f"optimizer`); priced as {argv} mixed precision. Enable the {argv} section")
+                        f"optimizer`); priced as {argv} mixed precision"
+                        + (f", though at ZeRO 0 that optimizer keeps no fp32 master copy and its Adam states in {argv} "
+                           "(less memory than priced; ZeRO 1/2 keep fp32 partitions, stage_1_and_2.py)"
+                           if ds.zero_stage == 0 else "") + f". Enable the {argv} section")
     if section is None or section == argv:
         return argv
     warnings.append(f"--{argv} (argv) but {ds.path} enables {section}: Megatron-DeepSpeed hands the model to DeepSpeed "

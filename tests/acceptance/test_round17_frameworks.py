@@ -253,12 +253,16 @@ def test_script_building_its_ds_config_in_code_is_warned(call: str, warned: bool
     assert any("line 4 calls deepspeed.initialize(config=...)" in w for w in json.loads(out)["warnings"]) == warned
 
 
-def test_megatron_deepspeed_half_flag_without_a_ds_section_is_warned(tmp_path: Path, capsys, monkeypatch) -> None:
+@pytest.mark.parametrize("stage", [0, 1])
+def test_megatron_deepspeed_half_flag_without_a_ds_section_is_warned(stage: int, tmp_path: Path, capsys,
+                                                                     monkeypatch) -> None:
     """--bf16 with a ds_config enabling neither section: the engine stays fp32 (no cast, no bf16 optimizer wrapper) on
     the model Megatron-DeepSpeed built in bf16 (arguments.py params_dtype), stepping Megatron's bare optimizer
     (megatron/optimizer/__init__.py: `if args.deepspeed: return optimizer`). Priced as bf16, now with a warning."""
-    config = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 1}}
-    code, got, err = _explain(tmp_path, config, [*MDS, "--bf16"], capsys, monkeypatch, model="")
+    config = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": stage}}
+    argv = [*MDS[:MDS.index("--zero-stage")], "--zero-stage", str(stage), "--bf16"]
+    code, got, err = _explain(tmp_path, config, argv, capsys, monkeypatch, model="")
     assert code == 0, err
     assert got["precision"] == "bf16"
-    assert any("enables neither fp16 nor bf16: DeepSpeed runs its fp32 engine" in w for w in got["warnings"])
+    warned = [w for w in got["warnings"] if "enables neither fp16 nor bf16: DeepSpeed runs its fp32 engine" in w]
+    assert len(warned) == 1 and ("at ZeRO 0 that optimizer keeps no fp32 master" in warned[0]) == (stage == 0)
