@@ -257,7 +257,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
                          f"space. Give a YAML file like those in configs/search/.") from None
     # the command's ds_config parsed once at every ZeRO stage: the stages it refuses are not searched, and the checks
     # explain makes at assemble time read the tuned copy's settings (tune/assemble_rules.py)
-    ds_settings = _ds_settings(argv, env) if cfg.framework != "megatron" else None
+    ds_settings = _ds_settings(argv, env, (cfg.nnodes, cfg.nproc_per_node)) if cfg.framework != "megatron" else None
     if cfg.framework != "megatron":
         space = replace(space, zero_stage=_zero_stages(cfg, space.zero_stage, ds_settings))
     cp_sizes = "--hierarchical-context-parallel-sizes"
@@ -341,14 +341,14 @@ def _zero_stages(cfg: Any, stages: tuple[int, ...], ds_settings: Mapping[int, An
     return accepted
 
 
-def _ds_settings(argv: Sequence[str], env: Mapping[str, str] | None) -> Any:
+def _ds_settings(argv: Sequence[str], env: Mapping[str, str] | None, size: tuple[int | None, int | None]) -> Any:
     """ZeRO stage (0-3, every stage a search space may hold) -> the command's ds_config parsed at that stage for the
     job's DeepSpeed release (of `env`); None: no readable ds_config. The ds_config is named on a launch script's own
     line (its here-documents written before it), else on the command itself."""
     from llmperf_hook.tune.apply import batch_script_job
     from llmperf_hook.tune.ds_config_rewrite import ds_settings_at_stages
 
-    script = batch_script_job(argv)
+    script = batch_script_job(argv, size)  # `size`: the job's, for a launch line that does not say it
     line, written = ([script.script, *script.script_args], script.script_files) if script else (list(argv), None)
     return ds_settings_at_stages(line, (0, 1, 2, 3), written, env)
 
@@ -399,7 +399,7 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
 
     plans = [plan_tuned_command(argv, cfg, ev.candidate, ev.config) for ev in result.top]
     shown = expand_flag_variables(argv)  # flags inside `$GPT_ARGS` compared as the parser read them
-    script = batch_script_job(shown)  # `sbatch job.sh`: its launch line, the one the user edits
+    script = batch_script_job(shown, (cfg.nnodes, cfg.nproc_per_node))  # `sbatch job.sh`: the line the user edits
     before = [script.script, *script.script_args] if script else launch_words(shown)  # `sh -c CMD`: CMD's launch
     ref = dsr.find_ds_config(before)  # the ds_config of that line (a script's own), whose keys the changes list
     written = script.script_files.get(os.path.normpath(ref.path)) if script and ref else None  # a here-document's

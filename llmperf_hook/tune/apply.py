@@ -168,7 +168,7 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
     (what the user edits by hand; --apply appends its changes to the script's arguments only where the script passes
     them on: tune/script_forward.py). `written`: the files that script writes before its launch line (a ds_config
     from a here-document), read as explain reads them instead of the disk."""
-    job = batch_script_job(argv)
+    job = batch_script_job(argv, (base_cfg.nnodes, base_cfg.nproc_per_node))
     if job is not None:  # the script's launch line, as the user edits it (and a tuned copy of its ds_config)
         words = [job.script, *job.script_args]
         inner = _plan_tuned_command(words, base_cfg, new, new_cfg, cwd, job.script_files)
@@ -232,18 +232,31 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
     return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
 
 
-def batch_script_job(argv: Sequence[str]) -> ParsedJob | None:
+def batch_script_job(argv: Sequence[str], size: tuple[int | None, int | None] = (None, None)) -> ParsedJob | None:
     """`sbatch [opts] job.sh` / `bash train.sh` as the parser reads it, or None for any other command: its launch line
     (the training script and its flags, variables expanded) and the files the script writes before it
     (ParsedJob.script_files). Diffing or rewriting the outer argv itself listed every tuned flag as 'add' and never a
-    flag to drop (--recompute-activations in the script stayed on while the tuned layout had recompute off)."""
+    flag to drop (--recompute-activations in the script stayed on while the tuned layout had recompute off).
+    `size`: llmperf's --nnodes / --nproc-per-node (the resolved job's), for a launch line that does not say its size
+    (`deepspeed pretrain_gpt.py ...` without --num_gpus, Megatron-DeepSpeed's examples_deepspeed): without them the
+    parse failed, and the diff compared the tuned launch line against `bash train.sh` itself (every flag 'add', the
+    ds_config the script writes never read, so its keys were never listed)."""
     if script_file_kind(argv) is None:
         return None
-    try:
-        job = parse_launch(list(argv), dict(os.environ))
-    except LlmperfError:
-        return None
-    return job if is_batch_script(argv, job.script) else None
+    job = parse_sized(argv, size)
+    return job if job is not None and is_batch_script(argv, job.script) else None
+
+
+def parse_sized(argv: Sequence[str], size: tuple[int | None, int | None]) -> ParsedJob | None:
+    """`argv` parsed as the launch parser reads it; where that fails, with `size` (llmperf's --nnodes /
+    --nproc-per-node, the resolved job's) as overrides, as tune resolved it; None when neither parses."""
+    for given in ((None, None), size):
+        try:
+            return parse_launch(list(argv), dict(os.environ), *given)
+        except LlmperfError:
+            if given == size:
+                return None
+    return None
 
 
 def script_file_kind(argv: Sequence[str]) -> str | None:

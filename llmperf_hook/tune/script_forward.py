@@ -20,8 +20,7 @@ from typing import Callable, Sequence
 
 from llmperf_hook.errors import LlmperfError
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.launch.parse import parse_launch
-from llmperf_hook.tune.apply import TunedCommand, script_file_kind
+from llmperf_hook.tune.apply import TunedCommand, parse_sized, script_file_kind
 from llmperf_hook.tune.candidate import Candidate, candidate_of
 from llmperf_hook.tune.ds_config_rewrite import find_ds_config
 from llmperf_hook.tune.render import INLINE_WHERE, Change
@@ -60,13 +59,13 @@ def appended_words(changes: Sequence[Change], line_plan: TunedCommand) -> tuple[
     return words + ([inline.flag, inline.path] if inline else []), drops
 
 
-def reaches_training_script(argv: Sequence[str], words: Sequence[str]) -> bool:
+def reaches_training_script(argv: Sequence[str], words: Sequence[str],
+                            size: tuple[int | None, int | None] = (None, None)) -> bool:
     """Whether `argv` + `words` hands `words` to the training script after all its own flags (parsed as explain
-    parses it: the script's $1 ... "$@" expanded), so argparse's last-wins makes them the training script's."""
-    try:
-        own = parse_launch(list(argv), dict(os.environ))
-        got = parse_launch([*argv, *words], dict(os.environ))
-    except LlmperfError:
+    parses it: the script's $1 ... "$@" expanded), so argparse's last-wins makes them the training script's. `size`:
+    llmperf's --nnodes / --nproc-per-node, for a launch line that does not say its size."""
+    own, got = parse_sized(argv, size), parse_sized([*argv, *words], size)
+    if own is None or got is None:
         return False
     return got.script == own.script and list(got.script_args) == [*own.script_args, *words]
 
@@ -85,8 +84,8 @@ def apply_to_script(argv: Sequence[str], line_plan: TunedCommand, changes: Seque
             "the script gives on its launch line, and flags appended to the script's arguments can change a value but "
             "not take a switch or a config key back. Make the changes listed above in the script, or run tune --apply "
             "on the launch line itself."))
-    if not reaches_training_script(argv, words) or (not line_plan.new_files and not _runs(reread, argv, words, cfg,
-                                                                                           tuned)):
+    forwarded = reaches_training_script(argv, words, (cfg.nnodes, cfg.nproc_per_node))
+    if not forwarded or (not line_plan.new_files and not _runs(reread, argv, words, cfg, tuned)):
         return ScriptApply(None, not_forwarded_refusal(kind))
     if not words:
         return ScriptApply(TunedCommand(argv=tuple(argv)))
