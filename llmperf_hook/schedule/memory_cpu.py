@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
+from llmperf_hook.schedule.optimizer_state import FP32_BYTES
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
 GiB = float(2**30)
@@ -94,13 +95,17 @@ def cpu_step_temporary_bytes(cfg: TrainingConfig, partition_params: float) -> fl
     """What a CPU rank's optimizer step allocates beyond the gradients memory.optimizer_step_bytes counts: DeepSpeed
     ZeRO-1/2 hands a client torch.optim Adam (torch_optimizer_impl foreach: torch's default, single-tensor on a CPU)
     its fp32 partition as one flat tensor (stage_1_and_2.py single_partition_of_fp32_groups), so the temporaries are
-    the partition's. A script stepping its own parameters makes them one tensor at a time (not counted), fused=True
-    none, DeepSpeed's own optimizers their C++ loop."""
+    the partition's; amsgrad's (foreach_amsgrad) the same two (torch.maximum(..., out=max_exp_avg_sqs[i]) in place,
+    then the denominator of the maxima); Adam's L2 decay (torch_weight_decay "l2") a third, grad = grad.add(param,
+    alpha=weight_decay), alive until the iteration ends. A script stepping its own parameters makes them one tensor
+    at a time (not counted), fused=True none, DeepSpeed's own optimizers their C++ loop."""
     o = cfg.optimizer
-    client_adam = o.name == "adam" and o.torch_optimizer_impl == "foreach" and o.offload_optimizer == "none"
+    client_adam = (o.name == "adam" and o.torch_optimizer_impl in ("foreach", "foreach_amsgrad")
+                   and o.offload_optimizer == "none")
     if "deepspeed" not in cfg.framework or o.zero_stage not in (1, 2) or not client_adam:
         return 0.0
-    return SINGLE_TENSOR_ADAM_TEMPORARY_BYTES * partition_params
+    l2_gradient_copy = FP32_BYTES if o.torch_weight_decay == "l2" else 0
+    return (SINGLE_TENSOR_ADAM_TEMPORARY_BYTES + l2_gradient_copy) * partition_params
 
 
 @lru_cache(maxsize=4)

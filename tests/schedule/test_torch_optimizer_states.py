@@ -18,6 +18,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.schedule.memory import state_bytes, torch_foreach_step_bytes
+from llmperf_hook.schedule.memory_cpu import cpu_step_temporary_bytes
 from llmperf_hook.schedule.optimizer_state import (foreach_step_temporary_bytes_per_param, num_optimizer_states,
                                                    optimizer_bytes_per_param)
 
@@ -27,6 +28,7 @@ ENV = {"PATH": "/usr/bin"}
 ADAMW = "torch.optim.AdamW(model.parameters(), lr=1e-4)"
 AMSGRAD = "torch.optim.AdamW(model.parameters(), lr=1e-4, amsgrad=True)"
 AMSGRAD_FUSED = "torch.optim.Adam(model.parameters(), lr=1e-4, amsgrad=True, fused=True)"
+ADAM_L2 = "torch.optim.Adam(model.parameters(), lr=1e-4, weight_decay=0.1)"
 SGD = "torch.optim.SGD(model.parameters(), lr=0.1)"
 SGD_DECAY = "torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=1e-4)"
 MOMENTUM = "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)"
@@ -82,23 +84,25 @@ def test_foreach_step_temporaries_by_the_step_called(tmp_path: Path, optimizer: 
     assert torch_foreach_step_bytes(cfg, stage, 1) == (grads + temporary * stage.num_params if temporary else 0.0)
 
 
-def _torch_step_counts(optimizer: str) -> tuple[int, int]:
-    """(state tensors per parameter a real step stores, most full-size tensors the second step's foreach calls hold
-    alive at once beyond the parameters, gradients and states), on a CPU with foreach=True (CUDA's default)."""
+def _torch_step_counts(optimizer: str, foreach: bool = True) -> tuple[int, int]:
+    """(state tensors per parameter a real step stores, most full-size tensors the second step's calls hold alive at
+    once beyond the parameters, gradients and states), on a CPU with foreach=True (CUDA's default) or False (the
+    single-tensor loop, a CPU's default)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     model = torch.nn.Linear(64, 64, bias=False)
     if "fused" not in optimizer:
-        optimizer = optimizer.replace("model.parameters()", "model.parameters(), foreach=True")
+        optimizer = optimizer.replace("model.parameters()", f"model.parameters(), foreach={foreach}")
     opt = eval(optimizer, {"torch": torch, "model": model})  # the test's own literal calls
     numel = model.weight.numel()
     live, peak = [0], [0]
 
     class FullSizeOutputs(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            out = func(*args, **(kwargs or {}))
-            if not func._schema.name.endswith("_"):  # out-of-place: a new tensor (list)
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if not func._schema.name.endswith("_") and "out" not in kwargs:  # a new tensor (list), not out=...
                 for t in out if isinstance(out, (list, tuple)) else [out]:
                     if isinstance(t, torch.Tensor) and t.numel() == numel:
                         live[0] += 1
@@ -127,3 +131,16 @@ def test_counts_agree_with_torch(tmp_path: Path, optimizer: str) -> None:
     states, temporaries = _torch_step_counts(optimizer)
     assert states == num_optimizer_states(cfg)
     assert temporaries == foreach_step_temporary_bytes_per_param(cfg) // 2
+
+
+@pytest.mark.parametrize("optimizer", [ADAMW, AMSGRAD, ADAM_L2])
+def test_cpu_step_temporaries_agree_with_torchs_single_tensor_loop(tmp_path: Path, optimizer: str) -> None:
+    """On a CPU torch steps Adam's single-tensor loop, which DeepSpeed ZeRO-1/2 hands the flat fp32 partition
+    (memory_cpu.cpu_step_temporary_bytes): amsgrad's torch.maximum(..., out=) is in place and its denominator holds the
+    same two temporaries as plain Adam's (was counted none); Adam's L2 decay, grad = grad.add(param), holds a third
+    until the iteration ends (was two) (adam.py _single_tensor_adam, torch 2.13)."""
+    pytest.importorskip("torch")
+    partition_params = 1000.0
+    temporaries = _torch_step_counts(optimizer, foreach=False)[1]
+    assert cpu_step_temporary_bytes(_client_zero1(tmp_path, optimizer), partition_params) == \
+        4 * temporaries * partition_params
