@@ -263,12 +263,15 @@ def _merge_arrays(frame: Any, reading: Any) -> set[str]:
     (Frame.ends, Frame.start), but those a branch assigns whole (note_array_assigned, which _settle settles): what
     every way past the `fi` leaves alike stays; elements that branches only appended all stay, the branch read
     first's first (frameworks/megatron_undecided_precision then settles two precision flags so added); an array the
-    ways leave otherwise apart is unknown. Returns the arrays so settled."""
+    ways leave otherwise apart is unknown. Returns the arrays so settled: those some way (or the branch read last,
+    which may exit) holds otherwise than before the `if`; the rest stay as they were, unnoted by an enclosing
+    undecided `if`, and each `fi` costs one dict comparison per way where no branch touched an array."""
     ways = [*frame.ends, *([] if frame.has_else or frame.start is None else [frame.start])]
     if frame.start is None or not ways or not (frame.ends or frame.exits):
         return set()  # no way goes on past the `fi`, or no branch read undecided
-    names = set().union(*(way["arrays"] for way in ways), *(way["assoc"] for way in ways), reading.arrays,
-                        reading.assoc) - set(frame.assigned)
+    now = {"arrays": reading.arrays, "assoc": reading.assoc}
+    names = (_changed(frame.start, [*ways, now], "arrays") | _changed(frame.start, [*ways, now], "assoc")) - \
+        set(frame.assigned)
     for name in names:
         before = frame.start["arrays"].get(name) or []
         values = [way["arrays"].get(name) for way in ways]
@@ -284,6 +287,16 @@ def _merge_arrays(frame: Any, reading: Any) -> set[str]:
             reading.unknown_at.setdefault(name, BRANCHES)
     reading.unknown_heads |= set().union(*(way["unknown_heads"] for way in ways))
     return names
+
+
+def _changed(start: dict[str, Any], states: list[dict[str, Any]], kind: str) -> set[str]:
+    """The arrays of `kind` ("arrays", "assoc") some state in `states` holds otherwise than `start` (or not at all)."""
+    before = start[kind]
+    out: set[str] = set()
+    for held in (state[kind] for state in states):
+        if held != before:
+            out |= {name for name in held.keys() | before.keys() if held.get(name) != before.get(name)}
+    return out
 
 
 def _put(found: dict[str, list[str]], name: str, value: list[str] | None) -> None:

@@ -41,3 +41,21 @@ def test_an_associative_array_s_keys_as_words(name: str, tmp_path: Path, monkeyp
     """H205 listed the keys joined at blanks (`"${!M[@]}"` of the key `a b`: two words) and `"${!M[*]}"` at a blank
     whatever IFS the script set."""
     _same_as_bash(KEYS[name], [], tmp_path, monkeypatch)
+
+
+NESTED = {  # bash manual 3.2.5.2: an `if` that sets nothing of an array leaves it as it was
+    "indexed_on_one_line": f"A=(x y)\nif [ -f c1 ]; then if [ -f c2 ]; then B=1; fi; fi\n{T} --vals ${{A[@]}}\n",
+    "indexed": f"A=(x y)\nif [ -f c1 ]; then\n  if [ -f c2 ]; then\n    B=1\n  fi\nfi\n{T} --vals ${{A[@]}}\n",
+    "associative": (f"declare -A M=([a]=1)\nif [ -f c1 ]; then\n  if [ -f c2 ]; then\n    B=1\n  fi\nfi\n"
+                    f"{T} --xx ${{M[a]}} --vals ${{M[@]}}\n"),
+    "an_exiting_first_branch": f"A=(x)\nif [ -f c1 ]; then A+=(z); exit 1; else B=1; fi\n{T} --vals ${{A[@]}}\n",
+    "an_exiting_last_branch": f"A=(x)\nif [ ! -f c1 ]; then\n  B=1\nelse\n  A+=(z)\n  exit 1\nfi\n{T} --vals ${{A[@]}}\n",
+}
+
+
+@pytest.mark.parametrize("name", NESTED)
+def test_arrays_past_nested_undecided_ifs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every array was counted as settled by an inner undecided `if` (undecided_branches._merge_arrays returned
+    them all), so the outer branch noted each as assigned a value only running the script gives: past the outer
+    `fi`, A was unknown (`${A[@]}` left as written) though no branch touched it."""
+    _same_as_bash(NESTED[name], [], tmp_path, monkeypatch)
