@@ -41,12 +41,13 @@ What the host issues, counted from the sources of that stack (Megatron-DeepSpeed
   broadcast_data and masks, whole on both, then copies 3 inputs on the first and 2 labels on the last). Megatron-LM's
   get_batch (pretrain_gpt.py) returns early on the middle stages since a0e190ca4c (Oct 2023), by virtual stage
   (core_v0.16.1 is_first_or_last_pipeline_stage(vp_stage)): only the chunks holding the embedding and the head load;
-  core_v0.16.1's last stage broadcasts 5 tensors (the first 7) and its non-source TP ranks read a size back with
-  `.item()` on both (training/utils.py get_batch_on_this_tp_rank). So a last stage that is not also the first
-  (pp > 1) pays the same prologue, on the pass of its head block (`MICROBATCH_LOAD_TAG`, set by graph/build.py); with
-  pp = 1 one rank loads once. Not priced: before a0e190ca4c (v2.5, the 2022 tree of S03) every stage and every model
-  chunk ran get_batch with broadcast_data's `.cpu()` (a data iterator per chunk), and on every stage DeepSpeed's
-  _exec_forward_pass starts the ThroughputTimer (its synchronize) and clones its inputs: middle stages pay some too.
+  core_v0.16.1's last stage makes 5 broadcast calls (the first 7, the attention mask in the batch) and its
+  non-source TP ranks read a size back with `.item()` on both (training/utils.py get_batch_on_this_tp_rank). So a
+  last stage that is not also the first (pp > 1) pays the same prologue, on the pass of its head block
+  (`MICROBATCH_LOAD_TAG`, set by graph/build.py); with pp = 1 one rank loads once. Not priced: before a0e190ca4c
+  (v2.5, the 2022 tree of S03) every stage and every model chunk ran get_batch with broadcast_data's `.cpu()` (a
+  data iterator per chunk), and on every stage DeepSpeed's _exec_forward_pass starts the ThroughputTimer (its
+  synchronize) and clones its inputs: middle stages pay some too.
 
 The per-unit cost is the cluster's `host_overhead_per_op_us`. The A100 presets read it from S24's host-bound
 cells (hidden 1024, micro-batch 1-2, pp 1, where the GPU needs about a third of the time): 3.00-3.16 ms per layer
