@@ -236,11 +236,17 @@ def _unquoted_fields(args: Sequence[str]) -> str:
                     for arg in args)
 
 
-def _operator_word(word: str, value_of: Callable[[str], str | None]) -> str | None:
+def _operator_word(word: str, value_of: Callable[[str], str | None],
+                   split: Callable[[str], list[str]] = str.split) -> str | None:
     """The word of `${X:-word}` / `${X:+word}` as the shell words bash makes of it (its `$NAME` expanded and split, a
-    `"$NAME"` kept one word); None where it reads a variable llmperf does not know."""
+    `"$NAME"` kept one word); None where it reads a variable llmperf does not know. At a script-set IFS (`split`)
+    bash splits the whole result at it, literal text too (`IFS=,`: `${Y:-p,q}` two words, `${Y:-p q}` one; bash
+    5.2.15 checked); a word with quotes is then left as written."""
     if any(value_of(name) is None for _, name in _INNER_REF.findall(word)):
         return None
+    if split is not str.split:
+        return None if re.search(r"['\"\\]", word) else shlex.join(split(_INNER_REF.sub(
+            lambda ref: value_of(ref.group(2)) or "", word)))
     expanded = _INNER_REF.sub(lambda ref: (shlex.quote if ref.group(1) else str)(value_of(ref.group(2)) or ""), word)
     return shlex.join(shlex.split(expanded))
 
@@ -266,7 +272,7 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         if not found.group(2) and (found.group(1) or found.group(4)) in unset:
             return ""
         if found.group(2) and _with_operator(value, found.group(2), "\0") == "\0":  # bash takes the word
-            word = _operator_word(found.group(3), value_of)
+            word = _operator_word(found.group(3), value_of, split)
             return found.group(0) if word is None else word
         if found.group(2):
             value = _with_operator(value, found.group(2), "")

@@ -59,3 +59,20 @@ def test_arrays_past_nested_undecided_ifs(name: str, tmp_path: Path, monkeypatch
     them all), so the outer branch noted each as assigned a value only running the script gives: past the outer
     `fi`, A was unknown (`${A[@]}` left as written) though no branch touched it."""
     _same_as_bash(NESTED[name], [], tmp_path, monkeypatch)
+
+
+OPERATOR_WORDS = {  # bash manual 3.5.3 `${X:-word}`, 3.5.7: the expansion's result is split at IFS, literal text too
+    "a_variable": "IFS=,\nX=a,b\n" + T + " --vals ${Y:-$X}\n",
+    "literal_text": "IFS=,\n" + T + " --vals ${Y:-p,q} --xx ${Y:-p q}\n",
+    "text_and_a_variable": "IFS=,\nX=a,b\n" + T + " --vals ${Y:-x $X}\n",
+    "alternative": "IFS=,\nX=a,b\nY=1\n" + T + " --vals ${Y:+$X}\n",
+    "blanks_as_before": "X='a b'\n" + T + " --vals ${Y:-$X} ${Y:-\"$X\"}\n",
+    "a_quoted_variable": "IFS=,\nX=a,b\n" + T + " --vals ${Y:-\"$X\"} ${Y:-'p,q'}\n",
+}
+
+
+@pytest.mark.parametrize("name", OPERATOR_WORDS)
+def test_an_operator_word_split_at_the_script_s_ifs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """H205 split `$X` at the script's IFS but the word of `${Y:-$X}` at blanks (`a,b` one word where bash gives two)."""
+    _same_as_bash(OPERATOR_WORDS[name], [], tmp_path, monkeypatch)
+
