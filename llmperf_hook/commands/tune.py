@@ -269,7 +269,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     if search_file and not sets_a_knob(asked_raw):
         click.echo(f"llmperf tune: warning: {no_knob_note(search_file, cfg.framework)}", err=True)
     modes_only_megatron = sorted(set(space.recompute) - {"none", "full"}) if "recompute" in asked_raw else []
-    space, switches = _trainer_checkpointing(cfg, space, script, script_args)
+    space, switches = _trainer_checkpointing(cfg, space, script, script_args, argv)
     if switches and modes_only_megatron:
         click.echo(f"llmperf tune: warning: --search {search_file}: recompute {', '.join(modes_only_megatron)} is "
                    f"Megatron's; {_checkpointing_switch(cfg)} is on (full recompute of every layer) or off, so only "
@@ -295,26 +295,28 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     return result, space, pins.rules
 
 
-def _trainer_checkpointing(cfg: Any, space: Any, script: str, script_args: Sequence[str]) -> tuple[Any, bool]:
+def _trainer_checkpointing(cfg: Any, space: Any, script: str, script_args: Sequence[str],
+                           argv: Sequence[str]) -> tuple[Any, bool]:
     """(space, whether tune switches the job's checkpointing: the Trainer's --gradient_checkpointing, or accelerate's
     FSDP plugin's in its launcher): a Trainer job under DeepSpeed, DDP or FSDP searches it on and off, unless its
     --fsdp_config turns on FSDP's own checkpointing or the script's own parser lacks the flag (then, with a warning,
     the command's: tune/trainer_checkpointing.py)."""
     from dataclasses import replace
 
-    from llmperf_hook.tune.accelerate_fsdp_apply import plugin_checkpointing
+    from llmperf_hook.tune.accelerate_fsdp_apply import plugin_checkpointing, plugin_switch_kept
     from llmperf_hook.tune.candidate import candidate_of
     from llmperf_hook.tune.trainer_checkpointing import checkpointing_kept, trainer_switches_checkpointing
 
     if plugin_checkpointing(cfg):  # accelerate's FSDP plugin: switched in its launcher (tune/accelerate_fsdp_apply.py)
-        return space, True
-    if not (cfg.framework == "hf-deepspeed" or trainer_switches_checkpointing(cfg)):
+        why = plugin_switch_kept(argv)
+    elif cfg.framework == "hf-deepspeed" or trainer_switches_checkpointing(cfg):
+        why = checkpointing_kept(script, script_args)
+        why = why and f"{why}: --gradient_checkpointing is not searched (kept as your command has it)"
+    else:
         return space, False
-    why = checkpointing_kept(script, script_args)
     if why is None:
         return space, True
-    click.echo(f"llmperf tune: warning: {why}: --gradient_checkpointing is not searched (kept as your command has it)",
-               err=True)
+    click.echo(f"llmperf tune: warning: {why}", err=True)
     return replace(space, recompute=(candidate_of(cfg).recompute,)), True
 
 

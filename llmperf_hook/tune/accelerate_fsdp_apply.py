@@ -16,6 +16,7 @@ file (args.nondefault), before that the file's fsdp_config won, so the copy hold
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -40,6 +41,23 @@ def plugin_checkpointing(cfg: TrainingConfig) -> bool:
     source = cfg.sources.get("recompute")
     return (cfg.recompute.granularity == "full" and source is not None and source.kind == SourceKind.LAUNCHER
             and source.detail.startswith(PLUGIN_SOURCE))
+
+
+def plugin_switch_kept(argv: Sequence[str]) -> str | None:
+    """Why tune keeps the plugin's checkpointing as the command has it (None: --apply can switch it): the plugin's
+    `accelerate launch` must be the command's own or its `sh -c` / `sbatch --wrap` string's; a batch script's launch
+    line is rewritten from its training script on (apply._plan_tuned_command), and the environment is not edited."""
+    from llmperf_hook.tune.apply import command_string_index
+    from llmperf_hook.tune.command_string import training_words
+
+    k = command_string_index(argv)
+    text = argv[k].removeprefix("--wrap=") if k is not None else ""
+    words = argv if k is None else training_words(text) or shlex.split(text)
+    if accelerate_options_span(words) is not None:
+        return None
+    return ("accelerate's FSDP plugin checkpoints, and --apply cannot edit its launcher here (a batch script's launch "
+            "line or the FSDP_ACTIVATION_CHECKPOINTING environment): accelerate's FSDP activation checkpointing is not "
+            "searched (kept as your command has it)")
 
 
 def _config_path(options: Sequence[str], env: Mapping[str, str]) -> Path | None:

@@ -101,3 +101,18 @@ def test_a_search_files_recompute_is_read_as_the_plugins_switch(home: Path, caps
     assert set(json.loads(out)["knobs"]["searched"]["recompute"]) == {"none", "full"}
     assert "recompute is not searched" not in err, err
     assert "recompute selective is Megatron's; accelerate's FSDP activation checkpointing" in err, err
+
+
+def test_a_plugin_launch_line_inside_a_batch_script_is_kept(home: Path, capsys) -> None:
+    """`bash train.sh` whose launch line is the accelerate launch: --apply rewrites only the script's own words, so
+    the plugin's checkpointing is kept, with a warning (was: exit 2 'no accelerate launch ... the plugin took it from
+    the environment', with or without --apply)."""
+    (home / "acc.yaml").write_text("distributed_type: FSDP\nmixed_precision: bf16\nnum_processes: 8\n"
+                                   "fsdp_config:\n  fsdp_activation_checkpointing: true\n")
+    (home / "train.sh").write_text("#!/bin/bash\naccelerate launch --config_file acc.yaml " + " ".join(TRAINER) + "\n")
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--top",
+                              "3", "--", "bash", "train.sh"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["knobs"]["searched"].get("recompute") is None and {r["recompute"] for r in data["top"]} == {"full"}
+    assert "accelerate's FSDP activation checkpointing is not searched" in err, err
