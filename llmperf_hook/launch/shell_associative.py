@@ -23,8 +23,8 @@ ASSOCIATIVE_DECLARE = re.compile(r"^\s*(?:declare|local|typeset)\s+(?:-\w+\s+)*?
 """`declare -A NAME`, `local -A`, `typeset -gA`: the names it declares are associative arrays."""
 _ITEM = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[((?:[^\]\\@*]|\\.)(?:[^\]\\]|\\.)*)\]\}")
 """`${NAME[KEY]}` / `${#NAME[KEY]}` with a subscript other than `@` / `*`."""
-_ELEMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[((?:[^\]\\]|\\.)+)\]=(.*)$", re.DOTALL)
-"""`NAME[SUBSCRIPT]=value`: one element assigned."""
+_ELEMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[((?:[^\]\\]|\\.)+)\](\+?)=(.*)$", re.DOTALL)
+"""`NAME[SUBSCRIPT]=value`: one element assigned (`+=`: appended to, bash manual 3.4)."""
 _PAIR = re.compile(r"^\[((?:[^\]\\]|\\.)+)\]=(.*)$", re.DOTALL)
 """`[KEY]=value`: a word of `declare -A M=( ... )`."""
 _SAFE = re.compile(r"[\w.,:/@%+=-]*")
@@ -64,25 +64,28 @@ def assign_element(reading: Any, word: str, uncertain: bool) -> bool:
     found = _ELEMENT.match(word)
     if found is None:
         return False
-    name, subscript, value = found.group(1), found.group(2), reading.expand(found.group(3))
-    if uncertain or "$(" in found.group(3) or "`" in found.group(3) or "$" in value:
+    name, subscript, append, written = found.groups()
+    value = reading.expand(written)
+    if uncertain or "$(" in written or "`" in written or "$" in value:
         forget(reading, name)
     elif name in reading.assoc:
         key = _key(reading, subscript)
         if key is None:
             forget(reading, name)
         else:
-            reading.assoc[name][key] = value
+            reading.assoc[name][key] = reading.assoc[name].get(key, "") + value if append else value
     else:
-        _set_index(reading, name, index_of(reading, subscript), value)
+        _set_index(reading, name, index_of(reading, subscript), value, bool(append))
     return True
 
 
-def _set_index(reading: Any, name: str, index: int | None, value: str) -> None:
-    """Element `index` of the indexed array NAME set (a plain variable's value is its element 0; `A[-1]=x`, the
-    highest index)."""
+def _set_index(reading: Any, name: str, index: int | None, value: str, append: bool = False) -> None:
+    """Element `index` of the indexed array NAME set (`append`: appended to; a plain variable's value is its element
+    0; `A[-1]=x`, the highest index)."""
     elements = reading.arrays.get(name, [reading.env[name]] if name in reading.env else [])
     index = index + len(elements) if index is not None and index < 0 else index
+    if append and index is not None and 0 <= index < len(elements):
+        value = (elements[index] or "") + value
     slots = None if name in reading.undecidable or index is None or index < 0 else placed_at(elements, index, value)
     if slots is None:  # elements only running the script tells
         forget(reading, name)

@@ -76,3 +76,18 @@ def test_an_operator_word_split_at_the_script_s_ifs(name: str, tmp_path: Path, m
     """H205 split `$X` at the script's IFS but the word of `${Y:-$X}` at blanks (`a,b` one word where bash gives two)."""
     _same_as_bash(OPERATOR_WORDS[name], [], tmp_path, monkeypatch)
 
+
+
+ELEMENT_APPENDS = {  # bash manual 3.4 (`+=` appends to a variable's value), 6.7 (`name[subscript]=value`)
+    "indexed": "A=(1 2)\nA[1]+=3\nA[4]+=x\n" + T + " --vals ${A[@]} --keys ${!A[@]}\n",
+    "associative": "declare -A M=([a]=1)\nM[a]+=2\nM[b]+=--x\n" + T + " --vals ${M[a]} ${M[b]} --cnt ${#M[@]}\n",
+    "by_a_variable_key": "declare -A M=([tp]=1)\nk=tp\nM[$k]+=6\n" + T + " --xx ${M[tp]}\n",
+    "an_arithmetic_index": "A=(a b)\ni=0\nA[i+1]+=c\n" + T + " --vals ${A[@]}\n",
+    "a_plain_variable": "X=a\nX[0]+=b\n" + T + " --vals ${X[@]}\n",
+}
+
+
+@pytest.mark.parametrize("name", ELEMENT_APPENDS)
+def test_an_element_appended_to(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`A[1]+=3` was no assignment to the reading (the element kept its value: `1 2` where bash has `1 23`)."""
+    _same_as_bash(ELEMENT_APPENDS[name], [], tmp_path, monkeypatch)
