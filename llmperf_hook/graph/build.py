@@ -5,6 +5,7 @@ Repeated layers are built once and carried with a count, so a 96-layer, 1,024-GP
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import replace
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
@@ -324,10 +325,12 @@ def _accelerator_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
 class GraphMemo:
     """Graphs built so far, by configuration and cluster: `_accelerator_graph` is pure, so equal inputs build equal
     graphs. Looked up by the configuration's hashable parts, then compared whole (`sources` is a dict, no key);
-    beyond `limit` keys the oldest is dropped, with what was derived from its graphs (`derived`)."""
+    beyond `limit` graphs the oldest is dropped, with what was derived from it (`derived`). The limit counts graphs,
+    not keys: commands that differ only outside the key (dropout, recompute, environment) share one key."""
 
     def __init__(self, limit: int = 64) -> None:
         self._graphs: dict[tuple, list[tuple[TrainingConfig, ClusterSpec, OpGraph]]] = {}
+        self._order: deque[tuple] = deque()  # each held graph's key, oldest first
         self._derived: dict[int, dict] = {}
         self._limit = limit
 
@@ -340,11 +343,15 @@ class GraphMemo:
                      if c == cfg and k == cluster), None)
 
     def put(self, cfg: TrainingConfig, cluster: ClusterSpec, graph: OpGraph) -> None:
+        if len(self._order) >= self._limit:  # the oldest graph is the first of its key's list
+            oldest = self._order.popleft()
+            _, _, dropped = self._graphs[oldest].pop(0)
+            self._derived.pop(id(dropped))
+            if not self._graphs[oldest]:
+                del self._graphs[oldest]
         key = self._key(cfg, cluster)
-        if key not in self._graphs and len(self._graphs) >= self._limit:
-            for _, _, dropped in self._graphs.pop(next(iter(self._graphs))):
-                self._derived.pop(id(dropped), None)
         self._graphs.setdefault(key, []).append((cfg, cluster, graph))
+        self._order.append(key)
         self._derived[id(graph)] = {}
 
     def derived(self, graph: OpGraph) -> dict | None:

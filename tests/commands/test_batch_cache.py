@@ -139,3 +139,75 @@ def test_a_comm_model_removed_between_two_commands_of_a_batch_is_not_used(_home:
             fitted.find_comm_model("perlmutter")
         user.unlink()
         assert fitted.find_comm_model("perlmutter") is shipped
+
+
+def test_the_graph_memo_bounds_its_graphs_not_only_its_keys() -> None:
+    """Commands that differ only outside the lookup key (here the dropout) share one key: a 10,000-line sweep of
+    them must not keep 10,000 graphs (~37 KB each) nor compare each new line with all of them."""
+    memo = GraphMemo(limit=2)
+    _, _, spec, _ = api.resolve_command(MEGATRON.split(), {}, cluster="dgx-a100")
+    cfgs = [api.resolve_command(f"{MEGATRON} --hidden-dropout {p}".split(), {}, cluster="dgx-a100")[1]
+            for p in (0.1, 0.2, 0.3)]
+    graphs = [build_graph(cfg, spec, memo) for cfg in cfgs]
+    assert memo.derived(graphs[0]) is None  # the oldest graph dropped, though its key is still held
+    assert build_graph(cfgs[1], spec, memo) is graphs[1] and build_graph(cfgs[2], spec, memo) is graphs[2]
+
+
+def test_a_profile_rewritten_in_place_is_read_again(_home: Path) -> None:
+    """An editor or `cp` onto the file: the same inode and size, only the times change (here set apart by utime,
+    as a coarse-timestamp file system may not)."""
+    user = _user_copy(_home, "user copy A")
+    meta = user / "profile.json"
+    with fitted.batch_lookups():
+        assert fitted.find_profile("a100-sxm4-80gb", "fp16").meta.provenance["samples"] == "user copy A"
+        inode = meta.stat().st_ino
+        text = meta.read_text().replace('"user copy A"', '"user copy B"')
+        doc = json.loads(text)
+        doc["meta_sha256"] = meta_sha256(doc)
+        text = json.dumps(doc)
+        with open(meta, "r+", encoding="utf-8") as f:  # in place, the same size
+            f.write(text)
+            f.truncate()
+        os.utime(meta, ns=(meta.stat().st_atime_ns, meta.stat().st_mtime_ns + 1_000_000_000))
+        assert meta.stat().st_ino == inode
+        assert fitted.find_profile("a100-sxm4-80gb", "fp16").meta.provenance["samples"] == "user copy B"
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _batch_rows_and_alone(path: Path, cluster: str, capsys: pytest.CaptureFixture) -> tuple[list[str], list[str]]:
+    """predict --batch's JSON rows of `path`, and each of its lines predicted on its own (no memo, no lookups kept)."""
+    from llmperf_hook.commands.predict import batch_result, join_continued_lines, run_batch, working_directory
+
+    defaults = {**DEFAULTS, "cluster": cluster}
+    run_batch(str(path), "json", defaults)
+    rows = capsys.readouterr().out.splitlines()
+    with working_directory(path.parent):
+        alone = [batch_result(number, line, defaults, "json", {})[0]
+                 for number, line in join_continued_lines(path.read_text().splitlines())]
+    return rows, [row for row in alone if row is not None]
+
+
+@pytest.mark.parametrize("example, cluster", [("deepspeed-zero3", "dgx-a100"), ("gpt3-175b-dgx-a100", "dgx-a100"),
+                                              ("llama3-8b-dgx-h100", "dgx-h100")])
+def test_an_example_batch_predicts_each_line_as_alone(example: str, cluster: str,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    rows, alone = _batch_rows_and_alone(EXAMPLES / example / "commands.txt", cluster, capsys)
+    assert len(rows) >= 2 and rows == alone
+
+
+def test_a_batch_repeating_commands_that_differ_outside_the_memo_key_predicts_each_as_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Equal model, layout, batch and precision (the memo's key) with another environment (launch order), dropout
+    or recompute, each repeated: every row is its line's own prediction, warnings included."""
+    variants = [MEGATRON, f"CUDA_DEVICE_MAX_CONNECTIONS=8 {MEGATRON}", f"{MEGATRON} --hidden-dropout 0.0",
+                f"{MEGATRON} --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+                f"--cluster dgx-h100 -- {MEGATRON}", f"--id again -- {MEGATRON}"]
+    batch = tmp_path / "commands.txt"
+    batch.write_text("\n".join(variants + variants[::-1]) + "\n")
+    rows, alone = _batch_rows_and_alone(batch, "dgx-a100", capsys)
+    assert len(rows) == 12 and rows == alone
+    assert len(set(rows[:6])) == 6  # the variants are priced differently (line numbers aside)
+    launch_order = ["CUDA_DEVICE_MAX_CONNECTIONS=8 (environment)" in row for row in rows]
+    assert launch_order == [i in (1, 10) for i in range(12)]  # the graph's warning, at its second use too
