@@ -362,11 +362,26 @@ def _weight_shard_warnings(script_args: Sequence[str], parallel: ParallelLayout)
     no --gtp-weight-remat-size flag in any release: validate_args derives gtp_weight_remat_size = shards // TP,
     model_parallel_config.resolve_tensor_parallel_weight_shards) adds a model-parallel axis: data_parallel_size =
     world // (TP x PP x CP x gtp), and the eval batch must divide by eval micro x DP x gtp (df197a816f). llmperf does
-    not model the axis: one warning, with the DP Megatron would run."""
+    not model the axis: one warning, with the DP Megatron would run. The flag's own rules refuse (exit 2):
+    resolve_tensor_parallel_weight_shards raises ValueError for shards below TP or not divisible by it, and
+    validate_args asserts 'world size (W) is not divisible by total_model_size' (TP x PP x CP x gtp)."""
     shards = _number(script_args, "--tensor-parallel-num-weight-shards")
-    if not shards or shards <= parallel.tp:
+    if shards is None or shards == parallel.tp:
         return []
-    gtp = int(shards) // parallel.tp
+    tp, shards = parallel.tp, int(shards)
+    if shards < tp or shards % tp:
+        raise ConfigError(f"--tensor-parallel-num-weight-shards {shards} with --tensor-model-parallel-size {tp}: "
+                          "Megatron-LM's resolve_tensor_parallel_weight_shards (core/model_parallel_config.py) raises "
+                          f"'tensor_parallel_num_weight_shards ({shards}) must be "
+                          + (f">= tensor_model_parallel_size ({tp})'" if shards < tp else
+                             f"divisible by tensor_model_parallel_size ({tp})'") + f". Give a multiple of {tp}.")
+    gtp = shards // tp
+    if parallel.dp % gtp:
+        world = parallel.dp * tp * parallel.pp * parallel.cp
+        raise ConfigError(f"--tensor-parallel-num-weight-shards {shards} ({gtp} weight shards per TP rank): "
+                          f"Megatron-LM's validate_args asserts 'world size ({world}) is not divisible by "
+                          f"total_model_size' = TP x PP x CP x {gtp} = {world // parallel.dp * gtp}. Use fewer weight "
+                          "shards or more GPUs.")
     return [f"--tensor-parallel-num-weight-shards {int(shards)} (Generalized Tensor Parallelism, {gtp} weight shards "
             f"per TP rank) is not modelled: Megatron's data-parallel size is then world / (TP x PP x CP x {gtp}) = "
             f"{parallel.dp // gtp}, its eval batch must divide by eval micro x DP x {gtp}; priced as DP {parallel.dp} "

@@ -68,3 +68,15 @@ def test_weight_shards_are_warned_with_the_data_parallel_size_megatron_runs() ->
     warned = [w for w in _predict("--tensor-parallel-num-weight-shards", "4").warnings if "weight-shards" in w]
     assert len(warned) == 1 and "= 2" in warned[0] and "priced as DP 4" in warned[0]
     assert not [w for w in _predict("--tensor-parallel-num-weight-shards", "2").warnings if "weight-shards" in w]
+
+
+@pytest.mark.parametrize(("shards", "says"), [
+    ("1", "must be >= tensor_model_parallel_size"),  # resolve_tensor_parallel_weight_shards' ValueErrors
+    ("5", "must be divisible by tensor_model_parallel_size"),
+    ("16", "is not divisible by total_model_size"),  # GTP 8: world 8 % (TP 2 x 8) (validate_args)
+])
+def test_weight_shards_megatron_refuses(shards: str, says: str) -> None:
+    """core_v0.19.0 model_parallel_config.resolve_tensor_parallel_weight_shards and validate_args' world-size assert
+    (the flag's own release's rules: exit 2; were a warning with a floored DP, or nothing below TP)."""
+    with pytest.raises(ConfigError, match=says):
+        _predict("--tensor-parallel-num-weight-shards", shards)
