@@ -20,3 +20,14 @@ def test_bad_input_exits_2(argv: list[str], says: str, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert "CPU" not in done.stdout  # refused before any run
+
+
+def test_the_batches_are_what_the_bench_says() -> None:
+    """Its main batch repeats 24 configurations (the graph memo's case); the distinct one repeats none."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_predict_speed", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert len(bench.batch_lines(400)) == 400 and len(set(bench.batch_lines(400))) == 24
+    assert len(set(bench.batch_lines(400, distinct=True))) == 400
