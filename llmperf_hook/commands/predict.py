@@ -23,12 +23,15 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import click
 
 from llmperf_hook.commands.common import launch_argv, overrides
 from llmperf_hook.errors import LlmperfError, UsageError
+
+if TYPE_CHECKING:
+    from llmperf_hook.graph.build import GraphMemo
 
 LINE_OPTIONS = {"--cluster": "cluster", "--hardware": "hardware", "--nnodes": "nnodes",
                 "--nproc-per-node": "nproc_per_node", "--model": "model", "--id": "id"}
@@ -209,7 +212,7 @@ def join_continued_lines(lines: list[str]) -> list[tuple[int, str]]:
 
 
 def predict_batch_line(line: str, defaults: dict[str, Any], clusters: dict[tuple, Any],
-                       graphs: Any = None) -> tuple[Any, str | None] | None:
+                       graphs: GraphMemo | None = None) -> tuple[Any, str | None] | None:
     """One batch line -> (prediction, the line's --id or None); None for a blank or comment line. `clusters`
     memoises (cluster, hardware) -> (spec, warnings, measured: api.assumed_cluster), `graphs` the batch's graphs
     (graph/build.GraphMemo)."""
@@ -291,7 +294,7 @@ def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
 
 
 def batch_result(number: int, line: str, defaults: dict[str, Any], fmt: str,
-                 clusters: dict[tuple, Any], graphs: Any = None) -> tuple[str | None, bool]:
+                 clusters: dict[tuple, Any], graphs: GraphMemo | None = None) -> tuple[str | None, bool]:
     """(rendered result, failed) of the command starting on line `number`: JSON {"line", "id", ...prediction} or
     {"line", "id", "error"}; a table headed `== line N (id X)`. None for a blank or comment line."""
     try:
