@@ -16,8 +16,9 @@ from typing import Callable, Mapping
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.brace_expansion import brace_expand
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
-from llmperf_hook.launch.shell_associative import (ASSOCIATIVE_DECLARE, assign_pairs, associative_values,
-                                                   expand_items, forget, index_of, placed, placed_at, present)
+from llmperf_hook.launch.shell_associative import (ASSOCIATIVE_DECLARE, assign_element, assign_pairs,
+                                                   associative_values, expand_items, forget, index_of, placed,
+                                                   placed_at, present)
 from llmperf_hook.launch.shell_conditions import ASSIGNMENT_WORD
 from llmperf_hook.launch.shell_positional import expand_positional
 from llmperf_hook.launch.shell_read import DEFAULT_IFS, ifs_fields
@@ -433,7 +434,9 @@ class ShellVariables:
             return True
         value = match.group(2)
         expanded = expand_env_refs(expand_positional(value, self.positional), self.env, {})
-        if ("$(" in value or "`" in value) and any(s in expanded for s in ("$(", "`")):
+        if match.group(1) in self.arrays or match.group(1) in self.assoc:  # `A=z` of an array sets `A[0]` (6.7)
+            assign_element(self, f"{match.group(1)}[0]={value}", False)
+        elif ("$(" in value or "`" in value) and any(s in expanded for s in ("$(", "`")):
             self.env.pop(match.group(1), None)  # bash runs it (unless `${X:-$(nproc)}` finds X): any old value is stale,
             self.undecidable.add(match.group(1))  # so the launch line's $X is left unexpanded, as for an unset X
         else:
@@ -470,7 +473,9 @@ class ShellVariables:
         if name in self.readonly:
             self.readonly_failed = f"{name}="
             return True
-        if name in self.undecidable or "$(" in value or "`" in value:
+        if name in self.arrays or name in self.assoc:  # `A+=z` of an array appends to `A[0]` (bash manual 6.7)
+            assign_element(self, f"{name}[0]+={value}", False)
+        elif name in self.undecidable or "$(" in value or "`" in value:
             self.env.pop(name, None)
             self.undecidable.add(name)
         else:

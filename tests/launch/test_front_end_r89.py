@@ -91,3 +91,19 @@ ELEMENT_APPENDS = {  # bash manual 3.4 (`+=` appends to a variable's value), 6.7
 def test_an_element_appended_to(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`A[1]+=3` was no assignment to the reading (the element kept its value: `1 2` where bash has `1 23`)."""
     _same_as_bash(ELEMENT_APPENDS[name], [], tmp_path, monkeypatch)
+
+
+SCALAR_TO_AN_ARRAY = {  # bash manual 6.7: "Referencing an array variable without a subscript is equivalent to
+    # referencing with a subscript of 0"; so is assigning one (bash 5.2.15 run)
+    "indexed": "A=(x y)\nA=z\n" + T + " --vals ${A[@]} --xx ${A[0]}\n",
+    "exported": "A=(x y)\nexport A=z\n" + T + " --vals ${A[@]}\n",
+    "appended": "A=(x y)\nA+=z\n" + T + " --vals ${A[@]}\n",
+    "sparse": "A=([3]=abc)\nA=z\n" + T + " --keys ${!A[@]} --vals ${A[@]}\n",
+    "associative": "declare -A M=([a]=1)\nM=z\n" + T + " --vals ${M[@]} --keys ${!M[@]}\n",
+}
+
+
+@pytest.mark.parametrize("name", SCALAR_TO_AN_ARRAY)
+def test_a_plain_assignment_to_an_array(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`A=z` of an array set the variable A beside the array, whose elements stayed (`x y` where bash has `z y`)."""
+    _same_as_bash(SCALAR_TO_AN_ARRAY[name], [], tmp_path, monkeypatch)
