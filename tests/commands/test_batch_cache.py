@@ -160,7 +160,7 @@ def test_a_profile_rewritten_in_place_is_read_again(_home: Path) -> None:
     meta = user / "profile.json"
     with fitted.batch_lookups():
         assert fitted.find_profile("a100-sxm4-80gb", "fp16").meta.provenance["samples"] == "user copy A"
-        inode = meta.stat().st_ino
+        inode, size = meta.stat().st_ino, meta.stat().st_size
         text = meta.read_text().replace('"user copy A"', '"user copy B"')
         doc = json.loads(text)
         doc["meta_sha256"] = meta_sha256(doc)
@@ -169,7 +169,7 @@ def test_a_profile_rewritten_in_place_is_read_again(_home: Path) -> None:
             f.write(text)
             f.truncate()
         os.utime(meta, ns=(meta.stat().st_atime_ns, meta.stat().st_mtime_ns + 1_000_000_000))
-        assert meta.stat().st_ino == inode
+        assert (meta.stat().st_ino, meta.stat().st_size) == (inode, size)
         assert fitted.find_profile("a100-sxm4-80gb", "fp16").meta.provenance["samples"] == "user copy B"
 
 
