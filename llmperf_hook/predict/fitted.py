@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
@@ -42,9 +43,13 @@ def _profile_dirs(key: str, parts: tuple[str, ...], home: Path, shipped: Path | 
     return tuple(root.joinpath(*parts, key) for root in roots)
 
 
-_BATCH: dict[tuple, tuple[tuple, object]] | None = None
+_BATCH: dict[tuple, tuple[tuple | None, object]] | None = None
 """find_profile's and find_comm_model's answers inside batch_lookups(), with the stat signature they were read at."""
 T = TypeVar("T")
+RACY_NS = 2_000_000_000
+"""An answer read from a file or folder changed less than this before its stat is not kept: where timestamps are a
+clock tick (a jiffy, 1-10 ms, on Linux before 6.13's multigrain timestamps), a same-size rewrite within that tick
+leaves the stat signature as it was (git's 'racily clean' entries, Documentation/technical/racy-git.txt)."""
 
 
 @contextlib.contextmanager
@@ -53,7 +58,8 @@ def batch_lookups() -> Iterator[None]:
     file they read is unchanged by os.stat (mode, inode, size, mtime and ctime in ns; taken before the lookup runs,
     so a change during it is seen next time). predict --batch looks up the same profile for each of hundreds of
     commands (~30 stats, pathlib joins and a sha256 of profile.json: ~0.4 ms a command); a file rewritten, replaced,
-    created or removed between two commands is read again. Outside (one predict, tune) each call looks up afresh,
+    created or removed between two commands is read again, and an answer from a file changed in the last RACY_NS
+    is not kept. Outside (one predict, tune) each call looks up afresh,
     keyed by the metadata's sha256 (module docstring)."""
     global _BATCH
     previous, _BATCH = _BATCH, {}
@@ -81,12 +87,14 @@ def _batch_memo(key: tuple, directories: list[Path], meta_name: str, lookup: Cal
     if _BATCH is None:
         return lookup()
     paths = _watched_paths(tuple(directories), meta_name)
+    now_ns = time.time_ns()
     signature = _stat_signature(paths)
     hit = _BATCH.get(key)
     if hit is not None and hit[0] == signature:
         return hit[1]  # type: ignore[return-value]
     value = lookup()
-    _BATCH[key] = (signature, value)
+    recent = any(s is not None and max(s[4], s[5]) > now_ns - RACY_NS for s in signature)
+    _BATCH[key] = (None if recent else signature, value)  # a signature of None is never equal: looked up again
     return value
 
 

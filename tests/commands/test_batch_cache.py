@@ -153,13 +153,19 @@ def test_the_graph_memo_bounds_its_graphs_not_only_its_keys() -> None:
     assert build_graph(cfgs[1], spec, memo) is graphs[1] and build_graph(cfgs[2], spec, memo) is graphs[2]
 
 
-def test_a_profile_rewritten_in_place_is_read_again(_home: Path) -> None:
+def test_a_profile_rewritten_in_place_is_read_again(_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An editor or `cp` onto the file: the same inode and size, only the times change (here set apart by utime,
     as a coarse-timestamp file system may not)."""
     user = _user_copy(_home, "user copy A")
     meta = user / "profile.json"
+    monkeypatch.setattr(fitted, "RACY_NS", 0)  # the stat signature alone decides, though the files are new
+    reads = []
+    content_key = fitted.content_key
+    monkeypatch.setattr(fitted, "content_key", lambda path: reads.append(path) or content_key(path))
     with fitted.batch_lookups():
         assert fitted.find_profile("a100-sxm4-80gb", "fp16").meta.provenance["samples"] == "user copy A"
+        assert fitted.find_profile("a100-sxm4-80gb", "fp16").meta.provenance["samples"] == "user copy A"
+        assert len(reads) == 1  # kept while unchanged
         inode, size = meta.stat().st_ino, meta.stat().st_size
         text = meta.read_text().replace('"user copy A"', '"user copy B"')
         doc = json.loads(text)
@@ -211,3 +217,24 @@ def test_a_batch_repeating_commands_that_differ_outside_the_memo_key_predicts_ea
     assert len(set(rows[:6])) == 6  # the variants are priced differently (line numbers aside)
     launch_order = ["CUDA_DEVICE_MAX_CONNECTIONS=8 (environment)" in row for row in rows]
     assert launch_order == [i in (1, 10) for i in range(12)]  # the graph's warning, at its second use too
+
+
+def test_a_profile_rewritten_within_one_timestamp_tick_is_read_again(_home: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system whose timestamps are a coarse tick (simulated: whole seconds) gives an in-place, same-size
+    rewrite the stat signature of the file it replaced; an answer read from a file that recent is not kept."""
+    user = _user_copy(_home, "user copy A")
+    stat_signature = fitted._stat_signature
+    coarse = lambda paths: tuple(s and s[:4] + (s[4] // 10**9 * 10**9, s[5] // 10**9 * 10**9)  # noqa: E731
+                                 for s in stat_signature(paths))
+    monkeypatch.setattr(fitted, "_stat_signature", coarse)
+    meta = user / "profile.json"
+    with fitted.batch_lookups():
+        assert fitted.find_profile("a100-sxm4-80gb", "fp16").meta.provenance["samples"] == "user copy A"
+        doc = json.loads(meta.read_text())
+        doc["provenance"]["samples"] = "user copy B"
+        doc["meta_sha256"] = meta_sha256(doc)
+        with open(meta, "r+", encoding="utf-8") as f:  # in place, the same size, likely within the same second
+            f.write(json.dumps(doc))
+            f.truncate()
+        assert fitted.find_profile("a100-sxm4-80gb", "fp16").meta.provenance["samples"] == "user copy B"
