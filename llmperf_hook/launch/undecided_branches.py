@@ -290,11 +290,14 @@ def _merge_arrays(frame: Any, reading: Any) -> set[str]:
 
 
 def _changed(start: dict[str, Any], states: list[dict[str, Any]], kind: str) -> set[str]:
-    """The arrays of `kind` ("arrays", "assoc") some state in `states` holds otherwise than `start` (or not at all)."""
+    """The arrays of `kind` ("arrays", "assoc") some state in `states` holds otherwise than `start` (or not at all);
+    a state equal to one seen (the reading's own, at the `fi` of a branch that goes on) is compared once."""
     before = start[kind]
+    seen = [before]
     out: set[str] = set()
     for held in (state[kind] for state in states):
-        if held != before:
+        if not any(held == other for other in seen):
+            seen.append(held)
             out |= {name for name in held.keys() | before.keys() if held.get(name) != before.get(name)}
     return out
 
