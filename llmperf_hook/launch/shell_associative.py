@@ -183,8 +183,8 @@ def associative_values(reading: Any, name: str, keys: bool) -> list[str] | None:
     """`${M[@]}` (`${!M[@]}` with `keys`) of an associative array, in the order bash lists them (hash_order); None
     (left as written) where bash would have grown its table."""
     table = reading.assoc[name]
-    if len(table) >= _GROWS_AT:
-        return None
+    if len(table) >= _GROWS_AT or not all(key.isascii() for key in table):  # _fnv1: a byte past 127 hashes as the
+        return None  # machine's C `char` has it (negative on x86-64, not on aarch64)
     ordered = hash_order(table)
     return ordered if keys else [table[key] for key in ordered]
 
@@ -198,7 +198,8 @@ not follow."""
 
 def _fnv1(key: str) -> int:
     """hashlib.c hash_string: 32-bit FNV-1 (multiply by the FNV prime 16777619, then xor each byte) from the offset
-    basis 2166136261."""
+    basis 2166136261. ASCII keys only: hash_string xors `*s`, a `char`, which sign-extends a byte past 127 where
+    char is signed (x86-64; R89: bash 5.2.15 there orders keys with `é` so), not where it is unsigned (aarch64)."""
     value = 2166136261
     for byte in key.encode():
         value = ((value * 16777619) & 0xFFFFFFFF) ^ byte
