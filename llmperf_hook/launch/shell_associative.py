@@ -32,13 +32,22 @@ _SAFE = re.compile(r"[\w.,:/@%+=-]*")
 
 
 def declare_associative(reading: Any, words: list[str]) -> None:
-    """`declare -A NAME ...`: each NAME an associative array (empty where it was none)."""
+    """`declare -A NAME ...`: each NAME an associative array (empty where it was none), but an indexed one outside a
+    function, which stays (converts_indexed)."""
     for word in words[1:]:
         name = word.split("=", 1)[0]
-        if not word.startswith(("-", "+")) and re.fullmatch(r"[A-Za-z_]\w*", name):
+        if not word.startswith(("-", "+")) and re.fullmatch(r"[A-Za-z_]\w*", name) and \
+                not converts_indexed(reading, name):
             reading.assoc.setdefault(name, {})
             reading.arrays.pop(name, None)
             reading.undecidable.discard(name)
+
+
+def converts_indexed(reading: Any, name: str) -> bool:
+    """Whether `declare -A NAME` would turn the script's indexed array NAME associative: bash refuses ('cannot convert
+    indexed to associative array', the declaration fails and NAME stays; bash 5.2.15 run). In a function it declares
+    the function's own NAME, which llmperf does not keep apart, so NAME is taken as declared there."""
+    return name in reading.arrays and not reading.frames
 
 
 def assign_pairs(reading: Any, name: str, words: list[str], append: bool) -> bool:

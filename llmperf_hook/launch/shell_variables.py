@@ -17,8 +17,8 @@ from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.brace_expansion import brace_expand
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
 from llmperf_hook.launch.shell_associative import (ASSOCIATIVE_DECLARE, assign_element, assign_pairs,
-                                                   associative_values, expand_items, forget, index_of, placed,
-                                                   placed_at, present)
+                                                   associative_values, converts_indexed, expand_items, forget,
+                                                   index_of, placed, placed_at, present)
 from llmperf_hook.launch.shell_conditions import ASSIGNMENT_WORD
 from llmperf_hook.launch.shell_positional import expand_positional
 from llmperf_hook.launch.shell_read import DEFAULT_IFS, ifs_fields
@@ -239,6 +239,8 @@ class ShellVariables:
         if elements is None:
             return False
         name = match.group(1)
+        if ASSOCIATIVE_DECLARE.match(text) and converts_indexed(self, name):
+            return True  # the declaration fails: A keeps its elements
         if name in self.assoc or ASSOCIATIVE_DECLARE.match(text):  # `declare -A M=([7b]=1 [70b]=8)`
             return assign_pairs(self, name, elements, bool(match.group(2)))
         if match.group(2) and name in self.undecidable and name not in self.arrays:  # appended to undecided branches'

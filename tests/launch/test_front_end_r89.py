@@ -117,3 +117,16 @@ def test_keys_past_ascii_are_left_as_written(tmp_path: Path, monkeypatch: pytest
     (tmp_path / "train.sh").write_text("#!/bin/bash\ndeclare -A M=([é]=1 [a]=2)\n" + T + " --vals ${M[@]} ${M[a]}\n")
     monkeypatch.chdir(tmp_path)
     assert parse_launch(["bash", "train.sh"], {}).script_args[-3:] == ("--vals", "${M[@]}", "2")
+
+
+CONVERSIONS = {  # bash 5.2.15: 'A: cannot convert indexed to associative array'; the declaration fails, A stays
+    "declared": "A=(x y)\ndeclare -A A\n" + T + " --vals ${A[@]} --keys ${!A[@]}\n",
+    "declared_with_pairs": "A=(x y)\ndeclare -A A=([k]=v)\n" + T + " --vals ${A[@]} --keys ${!A[@]}\n",
+    "a_function_s_own": "A=(x y)\nf() { local -A A=([k]=v); B=${A[k]}; }\nf\n" + T + " --vals ${A[@]} --xx $B\n",
+}
+
+
+@pytest.mark.parametrize("name", CONVERSIONS)
+def test_an_indexed_array_declared_associative(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`declare -A A` of an indexed A emptied it into an associative array (the launch got nothing for `${A[@]}`)."""
+    _same_as_bash(CONVERSIONS[name], [], tmp_path, monkeypatch)
