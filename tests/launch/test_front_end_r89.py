@@ -49,7 +49,8 @@ NESTED = {  # bash manual 3.2.5.2: an `if` that sets nothing of an array leaves 
     "associative": (f"declare -A M=([a]=1)\nif [ -f c1 ]; then\n  if [ -f c2 ]; then\n    B=1\n  fi\nfi\n"
                     f"{T} --xx ${{M[a]}} --vals ${{M[@]}}\n"),
     "an_exiting_first_branch": f"A=(x)\nif [ -f c1 ]; then A+=(z); exit 1; else B=1; fi\n{T} --vals ${{A[@]}}\n",
-    "an_exiting_last_branch": f"A=(x)\nif [ ! -f c1 ]; then\n  B=1\nelse\n  A+=(z)\n  exit 1\nfi\n{T} --vals ${{A[@]}}\n",
+    "an_exiting_last_branch": (f"A=(x)\nif [ ! -f c1 ]; then\n  B=1\nelse\n  A+=(z)\n  exit 1\nfi\n"
+                               f"{T} --vals ${{A[@]}}\n"),
 }
 
 
@@ -73,7 +74,8 @@ OPERATOR_WORDS = {  # bash manual 3.5.3 `${X:-word}`, 3.5.7: the expansion's res
 
 @pytest.mark.parametrize("name", OPERATOR_WORDS)
 def test_an_operator_word_split_at_the_script_s_ifs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """H205 split `$X` at the script's IFS but the word of `${Y:-$X}` at blanks (`a,b` one word where bash gives two)."""
+    """H205 split `$X` at the script's IFS but the word of `${Y:-$X}` at blanks (`a,b` one word where bash gives
+    two)."""
     _same_as_bash(OPERATOR_WORDS[name], [], tmp_path, monkeypatch)
 
 
