@@ -109,12 +109,12 @@ def find_entry(argv: Sequence[str], env: Mapping[str, str]) -> Entry | None:
 
 
 def _starts_on_other_hosts(launcher_words: Sequence[str]) -> bool:
-    """deepspeed/launcher/runner.py main: `multi_node_exec = (args.force_multi or len(active_resources) > 1) and not
-    args.no_ssh`; then a multi-node runner (pdsh, mpirun, srun: multinode_runner.py) starts the entry on each active
+    """deepspeed/launcher/runner.py main's multi_node_exec (launch/deepspeed_launcher.multi_node_exec); then a
+    multi-node runner (pdsh, mpirun, srun: multinode_runner.py) starts the entry on each active
     host, `cd <this folder>` first. Otherwise (one host, or --no_ssh) deepspeed.launcher.launch starts it here, and
     so does pdsh / mpirun on an active host that is this one (localhost, the runner's pool without a hostfile, or
     this host's name): then its ranks fail here."""
-    from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS
+    from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, multi_node_exec
     from llmperf_hook.launch.options import scan_options
 
     start = next((k + 1 for k, word in enumerate(launcher_words)
@@ -126,8 +126,7 @@ def _starts_on_other_hosts(launcher_words: Sequence[str]) -> bool:
         hosts = _active_hosts(values)
     except (LlmperfError, ValueError):
         return False
-    multi_node = ("force_multi" in values or len(hosts) > 1) and "no_ssh" not in values
-    return multi_node and not any(_is_this_host(host) for host in hosts)
+    return multi_node_exec(values, len(hosts)) and not any(_is_this_host(host) for host in hosts)
 
 
 def _active_hosts(values: Mapping[str, str]) -> list[str]:

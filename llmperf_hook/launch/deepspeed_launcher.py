@@ -176,6 +176,12 @@ def _local_unknown(values: Mapping[str, str], src: Source) -> Sized:
     return Sized(None, src, "deepspeed without --hostfile or --num_gpus starts one process per GPU of the machine")
 
 
+def multi_node_exec(values: Mapping[str, str], hosts: int) -> bool:
+    """deepspeed/launcher/runner.py main: `multi_node_exec = (args.force_multi or len(active_resources) > 1) and not
+    args.no_ssh` -- a multi-node runner (pdsh, mpirun, srun) starts the ranks, not deepspeed.launcher.launch here."""
+    return ("force_multi" in values or hosts > 1) and "no_ssh" not in values
+
+
 def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str],
                              files: Mapping[str, ScriptFile] | None = None) -> LaunchSize:
     """words[start:] = the deepspeed runner's options, the script and its arguments; `files`: what the launch script
@@ -205,7 +211,7 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
     if opts.rest >= len(words):
         raise UsageError("the deepspeed command names no training script after its options.")
     refuse_ambiguous_after_program(words, opts.rest, DEEPSPEED_GRAMMAR, "deepspeed")
-    multi_node = ("force_multi" in values or (nnodes.value or 1) > 1) and "no_ssh" not in values
+    multi_node = multi_node_exec(values, nnodes.value or 1)
     nnodes = elastic_node_range(values, nnodes, multi_node, warnings)
     warnings += apply_rank_exports(env, used, multi_node)  # type: ignore[arg-type]  # parse_launch's own copy
     script = ("-m " if "module" in values else "") + words[opts.rest]
