@@ -6,15 +6,10 @@ command's global batch to the batch priced."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from llmperf_hook import api
-from llmperf_hook.tune.candidate import candidate_of
-from llmperf_hook.tune.candidates import candidates_from_list
-from llmperf_hook.tune.command_rules import (EVAL_BATCH_RULE, ROUNDED_ELSEWHERE_RULE, SCHEDULE_RULE,
-                                             command_rule_masks)
+from llmperf_hook.tune.command_rules import EVAL_BATCH_RULE, ROUNDED_ELSEWHERE_RULE, SCHEDULE_RULE
+from tests.tune.test_eval_batch_rule import rule_masks
 
 JOB = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "4", "--hidden-size", "1024",
        "--num-attention-heads", "16", "--seq-length", "1024", "--max-position-embeddings", "1024",
@@ -22,10 +17,7 @@ JOB = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "
 
 
 def _masks(extra: list[str], layouts: list[dict]) -> dict[str, np.ndarray]:
-    job, cfg, _, _ = api.resolve_command(JOB + extra, {}, cluster="dgx-h100")
-    base = candidate_of(cfg)
-    cols = candidates_from_list(tuple(dataclasses.replace(base, **kw) for kw in layouts)).columns
-    return command_rule_masks(cfg, job.script_args)(cols)
+    return rule_masks(JOB + extra, layouts)
 
 
 def test_beside_a_schedule_the_eval_batch_is_micro_x_dp() -> None:

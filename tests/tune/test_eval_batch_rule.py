@@ -19,11 +19,16 @@ JOB = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "pretrain_gpt.py", 
        "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16"]
 
 
-def _masks(extra: list[str], layouts: list[dict]) -> dict[str, np.ndarray]:
-    job, cfg, _, _ = api.resolve_command(JOB + extra, {}, cluster="dgx-h100")
+def rule_masks(argv: list[str], layouts: list[dict]) -> dict[str, np.ndarray]:
+    """tune's command rules (command_rule_masks) of `argv` on dgx-h100, over its candidate with each of `layouts`."""
+    job, cfg, _, _ = api.resolve_command(argv, {}, cluster="dgx-h100")
     base = candidate_of(cfg)
     cols = candidates_from_list(tuple(dataclasses.replace(base, **kw) for kw in layouts)).columns
     return command_rule_masks(cfg, job.script_args)(cols)
+
+
+def _masks(extra: list[str], layouts: list[dict]) -> dict[str, np.ndarray]:
+    return rule_masks(JOB + extra, layouts)
 
 
 def test_an_eval_batch_micro_x_dp_does_not_divide_is_refused() -> None:
