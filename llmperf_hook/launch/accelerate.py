@@ -77,6 +77,13 @@ def _scan(words: Sequence[str], start: int) -> ScannedOptions:
     return opts
 
 
+def default_config_path(env: Mapping[str, str]) -> Path:
+    """accelerate's default config file, `$HF_HOME/accelerate/default_config.yaml` (HF_HOME: ~/.cache/huggingface),
+    whether it exists or not."""
+    hf_home = env.get("HF_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".cache", "huggingface")
+    return Path(hf_home) / "accelerate" / "default_config.yaml"
+
+
 def _config_file(opts: ScannedOptions, env: Mapping[str, str],
                  files: Mapping[str, ScriptFile]) -> tuple[dict[str, Any], str] | None:
     """(settings, where) of --config_file (the text the launch script writes there, `files`, else the file), else of
@@ -89,8 +96,7 @@ def _config_file(opts: ScannedOptions, env: Mapping[str, str],
             raise UsageError(f"accelerate launch --config_file {path}: no such file; give the YAML or JSON file "
                              "`accelerate config` wrote.")
     else:
-        hf_home = env.get("HF_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".cache", "huggingface")
-        path = Path(hf_home) / "accelerate" / "default_config.yaml"
+        path = default_config_path(env)
         if not path.is_file() or "cpu" in opts.values:
             return None
     try:

@@ -66,8 +66,9 @@ def _config_path(options: Sequence[str], env: Mapping[str, str]) -> Path | None:
     given = ed.flag_value(list(options), CONFIG_FILE_OPTIONS)
     if given:
         return Path(given)
-    home = env.get("HF_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".cache", "huggingface")
-    default = Path(home) / "accelerate" / "default_config.yaml"
+    from llmperf_hook.launch.accelerate import default_config_path
+
+    default = default_config_path(env)
     return default if default.is_file() else None
 
 
