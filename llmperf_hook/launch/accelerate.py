@@ -78,10 +78,19 @@ def _scan(words: Sequence[str], start: int) -> ScannedOptions:
 
 
 def default_config_path(env: Mapping[str, str]) -> Path:
-    """accelerate's default config file, `$HF_HOME/accelerate/default_config.yaml` (HF_HOME: ~/.cache/huggingface),
-    whether it exists or not."""
-    hf_home = env.get("HF_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".cache", "huggingface")
-    return Path(hf_home) / "accelerate" / "default_config.yaml"
+    """accelerate's default config file, whether it exists or not: `$HF_HOME/accelerate/default_config.yaml`, HF_HOME
+    defaulting to `$XDG_CACHE_HOME/huggingface` and XDG_CACHE_HOME to `~/.cache` (accelerate
+    commands/config/config_args.py, module level `hf_cache_home`: `os.environ.get`, so a variable set empty counts as
+    set, and `~` is expanded in either)."""
+    hf_home = env.get("HF_HOME", os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"))
+    return Path(_expand_home(hf_home, env)) / "accelerate" / "default_config.yaml"
+
+
+def _expand_home(path: str, env: Mapping[str, str]) -> str:
+    """os.path.expanduser with the job's HOME (`~user` forms: this machine's password database, as expanduser)."""
+    if (path == "~" or path.startswith("~/")) and env.get("HOME"):
+        return env["HOME"] + path[1:]
+    return os.path.expanduser(path)
 
 
 def _config_file(opts: ScannedOptions, env: Mapping[str, str],

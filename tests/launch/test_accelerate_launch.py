@@ -57,6 +57,17 @@ def test_default_config_file_under_hf_home(workdir: Path) -> None:
     assert parse_launch(["accelerate", "launch", *_script()], {"HF_HOME": str(workdir / "hf")}).world_size == 4
 
 
+def test_default_config_file_under_xdg_cache_home(workdir: Path) -> None:
+    """accelerate config_args.py: HF_HOME defaults to $XDG_CACHE_HOME/huggingface, and HF_HOME wins over it."""
+    (workdir / "xdg" / "huggingface" / "accelerate").mkdir(parents=True)
+    default = workdir / "xdg" / "huggingface" / "accelerate" / "default_config.yaml"
+    default.write_text("distributed_type: MULTI_GPU\nnum_processes: 4\n")
+    env = {"XDG_CACHE_HOME": str(workdir / "xdg"), "HOME": str(workdir / "home")}
+    assert parse_launch(["accelerate", "launch", *_script()], env).world_size == 4
+    with pytest.raises(UsageError, match="--nproc-per-node"):
+        parse_launch(["accelerate", "launch", *_script()], {**env, "HF_HOME": str(workdir / "none")})
+
+
 def test_without_a_process_count_it_is_every_gpu_of_the_machine(workdir: Path) -> None:
     with pytest.raises(UsageError, match="--nproc-per-node"):
         parse_launch(["accelerate", "launch", *_script()], {"HF_HOME": str(workdir / "none")})
