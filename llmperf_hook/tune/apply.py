@@ -24,7 +24,7 @@ from llmperf_hook.launch.parse import _shell_script_index, parse_launch, shell_c
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
-from llmperf_hook.tune.candidate import Candidate, candidate_of, hf_batch_flags, split_layers
+from llmperf_hook.tune.candidate import Candidate, candidate_of, hf_batch_flags, moe_whole_pipe_sends, split_layers
 from llmperf_hook.tune.command_string import rewrite_command_string, shell_join as _shell_join, training_words
 from llmperf_hook.tune.accelerate_fsdp_apply import plugin_checkpointing, plugin_checkpointing_off
 from llmperf_hook.tune.fsdp_config_apply import checkpointing_off, switchable_fsdp_config
@@ -315,6 +315,10 @@ def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, 
     recompute_changed = (new.recompute, new.recompute_num_layers) != (base.recompute, base.recompute_num_layers)
     if framework == "megatron-deepspeed" and recompute_changed and dsr.release_pipeline_interval(tuned):
         notes.append("ds_config pipeline.activation_checkpoint_interval set to 0: the Megatron recompute flags decide")
+    p = new_cfg.parallel
+    if moe_whole_pipe_sends(new_cfg, p.tp, p.pp, new_cfg.deepspeed_pipeline_engine) and dsr.whole_pipe_sends(tuned):
+        notes.append("ds_config pipeline.pipe_partitioned and grad_partitioned set to false: an MoE model at TP > 1 "
+                     "and PP > 1 under DeepSpeed's PipelineEngine runs only so (Megatron-DeepSpeed GPTModelPipe)")
     if framework == "hf-deepspeed":
         hf = dsr.rewrite_hf_argv(argv, base, new, num_mb)
         if hf != argv:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from llmperf_hook.frameworks.assemble import TRAINER_MICRO_BATCH_DEFAULT
 from llmperf_hook.frameworks.deepspeed_release import zero3_fields_at
@@ -154,10 +154,13 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     recompute = dataclasses.replace(recompute, distribute_saved_activations=distribute,
                                     cpu_offloading=cfg.recompute.cpu_offloading, modules=cfg.recompute.modules,
                                     **_ds_checkpointing(cfg, c, same_recompute))
+    engine = _pipeline_engine(cfg, c)
+    partitioned = cfg.deepspeed_pipe_partitioned and not moe_whole_pipe_sends(cfg, c.tp, c.pp, engine)
     return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch,
                                recompute=_pipe_model_recompute(cfg, c, recompute),
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
-                               deepspeed_pipeline_engine=_pipeline_engine(cfg, c), sources=_sources(cfg, c))
+                               deepspeed_pipeline_engine=engine, deepspeed_pipe_partitioned=partitioned,
+                               sources=_sources(cfg, c))
 
 
 def _pipe_model_recompute(cfg: TrainingConfig, c: Candidate, recompute: RecomputeConfig) -> RecomputeConfig:
@@ -239,6 +242,17 @@ def _pipeline_engine(cfg: TrainingConfig, c: Candidate) -> bool:
     if c.pp > 1:
         return True
     return False if c.zero_stage >= 2 else cfg.deepspeed_pipeline_engine
+
+
+def moe_whole_pipe_sends(cfg: TrainingConfig, tp: Any, pp: Any, engine: Any) -> Any:
+    """Whether (per row, for arrays) a Megatron-DeepSpeed MoE layout runs only with the ds_config's
+    pipeline.pipe_partitioned and grad_partitioned both false: DeepSpeed's PipelineEngine at TP > 1 and PP > 1
+    (frameworks/deepspeed_job.check_moe_pipe_partitioning, from Megatron-DeepSpeed megatron/model/gpt_model.py
+    GPTModelPipe.__init__ and deepspeed/runtime/pipe/engine.py _exec_forward_pass / _exec_send_grads). --apply sets
+    both false in the tuned ds_config copy (tune/ds_config_rewrite.whole_pipe_sends) and the candidate is priced with
+    whole-tensor sends and no TP all-gather, as explain prices the copy (graph/build.py, surrogate._p2p_s)."""
+    moe = cfg.framework == "megatron-deepspeed" and cfg.model.num_experts > 1
+    return moe & engine & (tp > 1) & (pp > 1)
 
 
 def changed_fields(base: Candidate, c: Candidate) -> dict[str, tuple[object, object]]:

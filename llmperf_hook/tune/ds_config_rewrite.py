@@ -31,6 +31,7 @@ HF_GAS = ("--gradient_accumulation_steps", "--gradient-accumulation-steps")
 HF_CKPT = ("--gradient_checkpointing", "--gradient-checkpointing")
 DS_CHAT_ZERO = ("--zero_stage", "--zero-stage")
 TUNED_SUFFIX = ".llmperf-tuned"
+PARTITION_KEYS = ("pipe_partitioned", "grad_partitioned")
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,19 @@ def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, 
             raise UsageError("ds_config zero_optimization must be an object; fix the file.")
         zero["stage"] = new.zero_stage
     return out
+
+
+def whole_pipe_sends(tuned: dict[str, Any]) -> bool:
+    """Set pipeline.pipe_partitioned and grad_partitioned false in the copy, what an MoE candidate at TP > 1 and
+    PP > 1 under DeepSpeed's PipelineEngine needs (candidate.moe_whole_pipe_sends): Megatron-DeepSpeed's GPTModelPipe
+    asserts 'Pipe and/or Grad partitioning are not supported for MoE model', and a key left out is true in DeepSpeed
+    (runtime/config.py get_pipeline_config). True when it changed the copy."""
+    pipe = tuned.setdefault("pipeline", {})
+    if not isinstance(pipe, dict):
+        raise UsageError("ds_config pipeline must be an object; fix the file.")
+    changed = any(pipe.get(key) is not False for key in PARTITION_KEYS)
+    pipe.update({key: False for key in PARTITION_KEYS})
+    return changed
 
 
 def release_pipeline_interval(tuned: dict[str, Any]) -> bool:

@@ -30,7 +30,7 @@ from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import host_issue
 from llmperf_hook.tune import surrogate_memory, surrogate_moe
 from llmperf_hook.tune.surrogate_comm import per_node, ring_s
-from llmperf_hook.tune.candidate import RECOMPUTE_CODES, padded_vocab_at
+from llmperf_hook.tune.candidate import RECOMPUTE_CODES, moe_whole_pipe_sends, padded_vocab_at
 from llmperf_hook.tune.surrogate_alignment import alignment_factors
 
 _BYTES = DTYPE_BYTES
@@ -176,12 +176,15 @@ def _p2p_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndar
     # Adjacent stages are tp*cp*dp ranks apart (Megatron order tp-cp-dp-pp): same node only if that fits.
     stride = cfg.world_size // cols["pp"]
     nbytes = tokens * cfg.model.hidden_size * _BYTES.get(cfg.precision, 2) / np.where(cols["sp"] > 0, cols["tp"], 1)
+    whole = nbytes / _bandwidth(cluster, stride < cluster.gpus_per_node) + cluster.inter_node.latency_s
     if not (cfg.deepspeed_pipeline_engine and cfg.deepspeed_pipe_partitioned):
-        return nbytes / _bandwidth(cluster, stride < cluster.gpus_per_node) + cluster.inter_node.latency_s
+        return whole
     # DeepSpeed's PipelineEngine sends 1/TP slices and all-gathers them over the TP group (graph/build.py _p2p_ops),
-    # unless the ds_config sets pipeline.pipe_partitioned / grad_partitioned false.
+    # unless the ds_config sets pipeline.pipe_partitioned / grad_partitioned false, as --apply does for an MoE
+    # candidate at TP > 1 and PP > 1 (candidate.moe_whole_pipe_sends).
     send = nbytes / cols["tp"] / _bandwidth(cluster, stride < cluster.gpus_per_node) + cluster.inter_node.latency_s
-    return send + np.where(cols["tp"] > 1, nbytes / _bandwidth(cluster, cols["tp"] <= cluster.gpus_per_node), 0.0)
+    sliced = send + np.where(cols["tp"] > 1, nbytes / _bandwidth(cluster, cols["tp"] <= cluster.gpus_per_node), 0.0)
+    return np.where(moe_whole_pipe_sends(cfg, cols["tp"], cols["pp"], True), whole, sliced)
 
 
 def _dp_sync_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray,
