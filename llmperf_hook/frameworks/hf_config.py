@@ -108,9 +108,36 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
 
     extra = {**hf_moe_fields(raw, model_type, layers, shape.get("num_experts", 0), origin), **hf_mla_fields(raw, origin),
              **attention_fields(raw, model_type, origin)}
+    act, act_from = hf_activation(raw, model_type)
+    return {**check_shape_types(shape, origin), **extra, "model_type": model_type, "hidden_act": act,
+            "hidden_act_from": act_from}
+
+
+_CLASS_ACTIVATION = {"falcon": ("FalconConfig", "gelu"), "gpt2": ("GPT2Config", "gelu_new"),
+                     "gptj": ("GPTJConfig", "gelu_new"), "gpt_neo": ("GPTNeoConfig", "gelu_new"),
+                     "codegen": ("CodeGenConfig", "gelu_new"), "phi": ("PhiConfig", "gelu_new"),
+                     "gpt_neox": ("GPTNeoXConfig", "gelu"), "gpt_bigcode": ("GPTBigCodeConfig", "gelu_pytorch_tanh"),
+                     "starcoder2": ("Starcoder2Config", "gelu_pytorch_tanh"), "opt": ("OPTConfig", "relu")}
+"""MLP activation of a config.json that names none: the configuration class's default, which the model runs (its
+keyword default in each models/<type>/configuration_<type>.py). FalconMLP ran `nn.GELU()` (exact) until FalconConfig
+gained `activation="gelu"`, read by `get_activation(config.activation)`: exact either way; falcon-7b's config.json
+(RWConfig era) names no activation. The gated families' activation (SiLU) is no GELU op and is not read."""
+_FIXED_ACTIVATION = {"bloom": ("BloomMLP", "bloom_gelu")}
+"""Families whose MLP runs one activation whatever the config says: BloomMLP's BloomGelu (modeling_bloom.py
+bloom_gelu_forward, the tanh formula); BloomConfig has no activation key."""
+
+
+def hf_activation(raw: dict[str, Any], model_type: str) -> tuple[str, str]:
+    """(the MLP activation the model runs, where it comes from: "" for the config's own key, else the class that
+    decides); ("", "") for a family not in the tables whose config names none."""
+    if model_type in _FIXED_ACTIVATION:
+        owner, act = _FIXED_ACTIVATION[model_type]
+        return act, f"{owner} runs it whatever the config says"
     act = _first(raw, "hidden_act", "activation_function", "hidden_activation", "activation")
-    return {**check_shape_types(shape, origin), **extra, "model_type": model_type,
-            "hidden_act": act if isinstance(act, str) else ""}
+    if isinstance(act, str):
+        return act, ""
+    owner, default = _CLASS_ACTIVATION.get(model_type, ("", ""))
+    return default, f"no activation key: {owner}'s default" if owner else ""
 
 
 _QKV_BIAS_ONLY = {"qwen2": (None, True), "qwen2_moe": ("qkv_bias", True), "glm": ("attention_bias", True),

@@ -94,16 +94,17 @@ def _approximate(call: ast.Call, position: int) -> str | None:
 
 _HF_GELU: dict[str, GeluVariant] = {"gelu": "none", "gelu_10": "none", "gelu_python": "none", "gelu_new": "tanh",
                                     "gelu_fast": "tanh", "gelu_accurate": "tanh", "gelu_pytorch_tanh": "tanh",
-                                    "gelu_python_tanh": "tanh"}
+                                    "gelu_python_tanh": "tanh", "bloom_gelu": "tanh"}
 """transformers activations.py ACT2CLS: GELUActivation (nn.functional.gelu, exact; gelu_python its erf formula),
 ClippedGELUActivation (gelu_10: exact, clipped); NewGELUActivation, FastGELUActivation and AccurateGELUActivation
 compute the tanh formula, GELUTanh (gelu_pytorch_tanh; PytorchGELUTanh before) calls F.gelu(approximate="tanh"),
-gelu_python_tanh its tanh formula in Python (GELUTanh use_gelu_tanh_python=True)."""
+gelu_python_tanh its tanh formula in Python (GELUTanh use_gelu_tanh_python=True). "bloom_gelu" is no ACT2FN name but
+BLOOM's own BloomGelu (hf_config._FIXED_ACTIVATION), the tanh formula."""
 
 
 def hf_gelu(act: str, origin: Source, gated: bool, src: dict[str, Source], warnings: list[str]) -> dict[str, object]:
-    """TrainingConfig.gelu_approximate of a Hugging Face model whose config names its MLP activation `act` (hidden_act;
-    "" unnamed: the class default, left to the tanh default); a gated MLP (SwiGLU / GeGLU) has no GELU op. An
+    """TrainingConfig.gelu_approximate of a Hugging Face model whose MLP runs `act` (hf_config.hf_activation; ""
+    unknown: left to the tanh default); a gated MLP (SwiGLU / GeGLU) has no GELU op. An
     activation that is no GELU (relu, quick_gelu, ...) is priced as one, with a warning."""
     if not act or gated:
         return {}
@@ -111,7 +112,7 @@ def hf_gelu(act: str, origin: Source, gated: bool, src: dict[str, Source], warni
     if variant is None:
         warnings.append(f"{origin.detail}: the MLP activation {act!r} is not modelled; priced as the tanh GELU")
         return {}
-    src["gelu_approximate"] = Source(origin.kind, f"{origin.detail}: activation {act!r} (transformers ACT2FN: "
+    src["gelu_approximate"] = Source(origin.kind, f"{origin.detail}: activation {act!r} (transformers: "
                                      f"{'the tanh approximation' if variant == 'tanh' else 'exact erf GELU'})")
     return {"gelu_approximate": variant}
 

@@ -93,9 +93,12 @@ def script_model_type(flags: FlagValues, model: str | None) -> str:
 
 
 def script_hidden_act(flags: FlagValues, model: str | None) -> tuple[str, Source]:
-    """The activation a Hugging Face config names (hidden_act, GPT-2's activation_function, ...; "" for a preset, a
-    shape file, or a config without one: its class default) and where the config comes from."""
+    """The activation a Hugging Face model runs (its config's hidden_act, GPT-2's activation_function, ...; without
+    one the class default, hf_config.hf_activation; "" for a preset, a shape file, or a family it does not know) and
+    where it comes from."""
     raw, origin = _shape_source(flags, model)
+    if raw.get("hidden_act_from"):
+        origin = Source(origin.kind, f"{origin.detail} ({raw['hidden_act_from']})")
     return str(raw.get("hidden_act", "")), origin
 
 
