@@ -8,7 +8,8 @@ Under ZeRO (stage >= 1) the built optimizer must be one ZeRO supports (zero/util
 torch Adam / AdamW / Adagrad, FusedAdam, DeepSpeedCPUAdam, DeepSpeedCPUAdagrad, Lion, MuonWithAuxAdam), unless
 zero_allow_untested_optimizer is true ('You are using an untested ZeRO Optimizer').
 Memory: Adam, AdamW, Lamb and the 1-bit Adam / Lamb keep two fp32 states per parameter (OptimizerConfig.name "adam");
-Adagrad (sum of squares), Lion and Muon (momentum) and torch SGD (momentum) keep one ("sgd").
+Adagrad (sum of squares), Lion and Muon (momentum) keep one ("sgd"); torch SGD one with params.momentum, none
+without (its default 0: _torch_sgd).
 A script that passes its own optimizer to deepspeed.initialize(optimizer=...) overrides the section ('This overrides
 any optimizer definition in the DeepSpeed json config', deepspeed/__init__.py): Megatron-DeepSpeed always does; a
 plain DeepSpeed script is read (never run) for it (script_client_optimizer). DeepSpeed then checks that optimizer's
@@ -76,6 +77,11 @@ def optimizer_settings(raw: dict[str, Any], zero_stage: Any, origin: str, src: d
     if kind in COMPRESSED:
         warnings.append(f"{origin} optimizer.type {given}: its compressed (1-bit) gradient communication after the "
                         "warm-up is not modelled; priced as Adam with full-precision reduction")
+    if kind == "sgd":
+        impl = _torch_sgd(section, origin)
+        src["torch_optimizer_impl"] = src["torch_weight_decay"] = Source(SourceKind.CONFIG_FILE,
+                                                                         f"{origin} optimizer.params")
+        return {"optimizer_name": "sgd", **impl}
     if kind in ONE_STATE:
         return {"optimizer_name": "sgd"}
     if kind not in TWO_STATES:
@@ -98,6 +104,23 @@ def _torch_adam(section: dict[str, Any], kind: str, origin: str) -> dict[str, st
         decay = params.get("weight_decay", DECAY_DEFAULTS["AdamW" if decoupled else "Adam"])
         return {"torch_optimizer_impl": "foreach", "torch_weight_decay": decay_kind(decay, decoupled)}
     return {}
+
+
+def _torch_sgd(section: dict[str, Any], origin: str) -> dict[str, str]:
+    """The step and weight-decay kind of a section of type SGD: DeepSpeed builds torch.optim.SGD(model_parameters,
+    **params) (engine.py _configure_basic_optimizer: getattr(torch.optim, name)), whose momentum, weight_decay and
+    nesterov default to 0 / 0 / False and whose momentum_buffer exists only when momentum != 0 (torch/optim/sgd.py
+    _init_group): "sgd" (no state) without momentum, "sgd_momentum" / "sgd_nesterov" (one), fused=true "sgd_fused" /
+    "sgd_momentum_fused"; weight decay "l2" (_foreach_add of the gradients) or "none". A value that is not a number
+    ("auto", which the Hugging Face Trainer fills for weight_decay only) is taken as on."""
+    params = section.get("params") if isinstance(section.get("params"), dict) else {}
+    on = {key: not (isinstance(params.get(key, 0), (int, float)) and not params.get(key, 0))
+          for key in ("momentum", "weight_decay", "nesterov", "fused")}
+    if on["fused"] and ds_bool(params["fused"], "optimizer.params.fused", origin):
+        impl = "sgd_momentum_fused" if on["momentum"] else "sgd_fused"
+    else:
+        impl = "sgd_nesterov" if on["momentum"] and on["nesterov"] else "sgd_momentum" if on["momentum"] else "sgd"
+    return {"torch_optimizer_impl": impl, "torch_weight_decay": "l2" if on["weight_decay"] else "none"}
 
 
 def client_optimizer_settings(client: tuple[str, ...], raw: dict[str, Any], fields: dict[str, Any], origin: str,

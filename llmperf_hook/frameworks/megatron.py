@@ -282,7 +282,29 @@ _OPTIMIZERS_MODELLED = ("adam", "sgd")
 _OPTIMIZERS_AS_ADAM = ("muon", "dist_muon", "lion", "soap", "adaptive_muon")
 
 
-def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list[str] | None = None) -> OptimizerConfig:
+def _fused_sgd_step(flags: FlagValues, ds_flavour: bool, src: dict[str, Source],
+                    warnings: list[str] | None) -> dict[str, str]:
+    """Megatron-LM's --optimizer sgd: Transformer Engine's FusedSGD, else apex's, else torch.optim.SGD
+    (core/optimizer/__init__.py imports, core_v0.16.1 to HEAD), built with momentum=--sgd-momentum (arguments.py
+    default 0.9). Both fused ones keep a momentum_buffer for every parameter whatever the momentum (FusedSGD.get_momentums
+    allocates torch.zeros_like(p) on the first step), so --sgd-momentum 0 still holds one state; their kernel's
+    accesses are graph/megatron_step.FUSED_SGD_ACCESSES. Only the bare-torch fallback (neither TE nor apex importable,
+    possible only under --transformer-impl local) keeps none (torch/optim/sgd.py _init_group): warned there.
+    Megatron-DeepSpeed's own optimizer module is not read ({})."""
+    if ds_flavour or str(flags.get("optimizer", "adam")) != "sgd":
+        return {}
+    momentum = float(flags.get("sgd_momentum", 0.9))
+    src["torch_optimizer_impl"] = Source(SourceKind.DERIVED, f"--optimizer sgd, --sgd-momentum {momentum:g}: "
+                                                             "Transformer Engine / apex FusedSGD")
+    if momentum == 0 and flags.get("transformer_impl", "transformer_engine") == "local" and warnings is not None:
+        warnings.append("--optimizer sgd --sgd-momentum 0 under --transformer-impl local: priced as Transformer "
+                        "Engine's / apex's FusedSGD, which keeps a zero momentum buffer per parameter; without either "
+                        "installed Megatron falls back to torch.optim.SGD, which keeps none (4 B per parameter less)")
+    return {"torch_optimizer_impl": "fused_sgd_momentum" if momentum else "fused_sgd"}
+
+
+def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list[str] | None = None,
+                       ds_flavour: bool = False) -> OptimizerConfig:
     name = str(flags.get("optimizer", "adam"))
     if name in _OPTIMIZERS_AS_ADAM:
         if warnings is not None:
@@ -330,6 +352,7 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         main_params_dtype=str(flags.get("main_params_dtype", "fp32")),
         exp_avg_dtype=str(flags.get("exp_avg_dtype", "fp32")),
         exp_avg_sq_dtype=str(flags.get("exp_avg_sq_dtype", "fp32")),
+        **_fused_sgd_step(flags, ds_flavour, src, warnings),
     )
 
 
@@ -441,7 +464,7 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     warnings.extend(not_modelled_warnings(flags))
     return MegatronParts(model, parallel, batch, megatron_precision(flags, src, warnings),
                          megatron_recompute(flags, src, warnings),
-                         megatron_optimizer(flags, src, warnings), megatron_attention(flags, src, ds_flavour, script),
+                         megatron_optimizer(flags, src, warnings, ds_flavour), megatron_attention(flags, src, ds_flavour, script),
                          schedule)
 
 

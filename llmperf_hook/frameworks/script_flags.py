@@ -39,7 +39,7 @@ _STR = (
     "attention-head-type", "tokenizer-file", "model-name", "pretrain", "param-dtype", "cross-entropy-fusion-impl",
     "tokenizer-name-or-path", "main-grads-dtype", "main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype",
 )
-_FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor",
+_FLOAT = ("hidden-dropout", "clip-grad", "sgd-momentum", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor",
           "max-norm", "loss-scale")
 _TRUE = (
     "ds-sequence-parallel-fpdt", "ds-sequence-parallel-fpdt-offloading",

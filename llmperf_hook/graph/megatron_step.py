@@ -60,13 +60,21 @@ MAIN_PARAM_BYTES = 4
 """The fp32 master weight read by the copy back to the model."""
 
 
+FUSED_SGD_ACCESSES = {"fused_sgd": 4, "fused_sgd_momentum": 5}
+"""Element accesses per parameter of Megatron-LM's --optimizer sgd step (OptimizerConfig.torch_optimizer_impl, set by
+frameworks/megatron.py): Transformer Engine's FusedSGD, else apex's (core/optimizer/__init__.py imports, core_v0.16.1
+to HEAD), whose multi_tensor_sgd kernel loads the gradient, the fp32 weight and the momentum buffer and stores the
+weight, and the buffer only when momentum != 0 (TE / apex multi_tensor_sgd kernels: 'if (momentum != 0.f) mom_in[i] =
+...'): 4 at --sgd-momentum 0, else 5; weight decay in-kernel."""
+
+
 def runs_megatron_step(cfg: TrainingConfig) -> bool:
     """The job steps Megatron's optimizer wrapper on its DDP: a Megatron job whose Adam is the framework's (not a
     plain-torch script stepping torch.optim: torch_optimizer_impl / master_weights), without FSDP. With a CPU
     optimizer (--optimizer-cpu-offload) the DDP's passes still run on the GPU's gradient buffers; the wrapper's
     around HybridDeviceOptimizer are not priced (megatron_step_ops)."""
     o = cfg.optimizer
-    return (cfg.framework == "megatron" and o.fsdp == "none" and not o.torch_optimizer_impl
+    return (cfg.framework == "megatron" and o.fsdp == "none" and o.torch_optimizer_impl in ("", *FUSED_SGD_ACCESSES)
             and (o.master_weights or cfg.precision == "fp32"))
 
 

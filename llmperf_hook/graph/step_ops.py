@@ -26,7 +26,7 @@ from dataclasses import replace
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.ddp_buckets import fp8_param_gather, rank_grad_buckets
-from llmperf_hook.graph.megatron_step import megatron_step_ops
+from llmperf_hook.graph.megatron_step import FUSED_SGD_ACCESSES, megatron_step_ops
 from llmperf_hook.graph.nvme_swap_ops import optimizer_nvme_swap_ops
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.graph.op_graph import ChunkOps
@@ -350,7 +350,7 @@ with weight_decay 0. AdamW with its default decay, fp32: (18 + 2) x 4 = 80 B; me
 parameter at 2.98 TB/s against 40) and a DeepSpeed ZeRO-1 step's fp32 AdamW (kernels/ds_zero1.txt, the _foreach_
 rows: 20.8 ms, 87 B against 80)."""
 TORCH_STEP_ACCESSES = {"fused": 7, "fused_amsgrad": 9, "sgd": 3, "sgd_momentum": 8, "sgd_nesterov": 11,
-                       "sgd_fused": 3, "sgd_momentum_fused": 5}
+                       "sgd_fused": 3, "sgd_momentum_fused": 5, **FUSED_SGD_ACCESSES}
 """Element accesses per parameter of the other torch.optim steps (frameworks/torch_step_impl.py reads which):
 fused=True Adam / AdamW: one kernel reading param, grad, m, v and writing param, m, v (7; its weight decay
 in-kernel), with amsgrad also reading and writing max_exp_avg_sq (9). torch.optim.SGD (torch/optim/sgd.py
@@ -359,7 +359,7 @@ passes only lr); with momentum _foreach_mul_(bufs) (2) and _foreach_add_(bufs, g
 nesterov _foreach_add_(grads, bufs) (3) more (11); fused=True (_fused_sgd_) reads param and grad (and the momentum
 buffer) and writes param (and the buffer): 3 / 5. The foreach SGD's weight decay first adds the params into new
 gradients, _foreach_add(grads, params, alpha=wd), the "l2" pass of TORCH_WEIGHT_DECAY_ACCESSES; fused ones apply
-it in-kernel."""
+it in-kernel. Megatron's TE / apex FusedSGD: FUSED_SGD_ACCESSES (graph/megatron_step.py)."""
 TORCH_AMSGRAD_ACCESSES = 3
 """foreach Adam / AdamW with amsgrad=True: torch._foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs) reads both and
 writes the maximum before the square root (torch/optim/adam.py _multi_tensor_adam), which then reads the maximum

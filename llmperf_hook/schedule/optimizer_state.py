@@ -76,8 +76,10 @@ when group["momentum"] != 0 (torch/optim/sgd.py, torch 2.13), so nothing is ever
 def num_optimizer_states(cfg: TrainingConfig) -> int:
     """Tensors the optimizer keeps per parameter besides a master copy. Adam / AdamW: exp_avg and exp_avg_sq, plus
     max_exp_avg_sq under amsgrad=True (torch/optim/adam.py Adam._init_group: state["max_exp_avg_sq"] =
-    torch.zeros_like(p) when group["amsgrad"]), foreach or fused. SGD: momentum_buffer with momentum (Megatron's
-    SGD, default --sgd-momentum 0.9; DeepSpeed's one-state types), none without (STATELESS_SGD_IMPLS)."""
+    torch.zeros_like(p) when group["amsgrad"]), foreach or fused. SGD: momentum_buffer with momentum (DeepSpeed's
+    one-state types; Megatron's TE / apex FusedSGD at any --sgd-momentum, its get_momentums allocating the buffer
+    even at 0: frameworks/megatron._fused_sgd_step), none for torch.optim.SGD without (STATELESS_SGD_IMPLS: a
+    ds_config section of type SGD without params.momentum, frameworks/deepspeed_optimizer._torch_sgd)."""
     impl = cfg.optimizer.torch_optimizer_impl
     if cfg.optimizer.name == "adam":
         return 3 if impl.endswith("_amsgrad") else 2
