@@ -28,8 +28,10 @@ framework refuses that candidate's command):
   range's smaller counts round as they must). At the world priced the flag alone brings no eval rule: core_v0.17
   and earlier have none (predict warns of core_v0.18.0's, megatron_validate_args._check_batch_flags), and this rule
   already keeps the batch priced (a command whose batch divides: the same candidates; one predict rounds: the eval
-  rule would refuse every candidate running its priced batch). An elastic range's smaller counts keep core_v0.18.0's
-  eval rule (tune/elastic.py names --eval-global-batch-size).
+  rule would refuse every candidate running its priced batch). An elastic range's smaller counts likewise: the flag
+  alone there runs rounded on core_v0.16.1 / core_v0.17 (ConstantNumMicroBatchesCalculator), so it prunes nothing, and
+  tune/elastic.elastic_note says what core_v0.18.0 and later would need (an --eval-global-batch-size every count
+  splits). With an eval flag (core_v0.18.0 on) the rule holds at every count.
 - --defer-embedding-wgrad-compute: Megatron's ModelParallelConfig refuses it without pipeline parallelism
   (frameworks/megatron_rules._check_deferred_embedding_wgrad).
 - --cp-comm-type a2a: Transformer Engine's all-to-all attention needs each TP rank's query and key/value heads to
@@ -111,7 +113,7 @@ def _batch_flag_masks(cfg: TrainingConfig, script_args: Sequence[str], world: in
         dp = _data_parallel(cols, world)
         per_step = cols["mbs"] * dp
         out = {}
-        if eval_global is not None or eval_micro is not None or world != cfg.world_size:
+        if eval_global is not None or eval_micro is not None:  # flags of core_v0.18.0 on, which asserts the rule
             out[EVAL_BATCH_RULE] = (eval_global or (per_step if schedule else requested)) % (
                 (eval_micro or cols["mbs"]) * dp) != 0
         if decrease:

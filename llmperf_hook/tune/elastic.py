@@ -66,7 +66,25 @@ def elastic_note(job: ParsedJob) -> str | None:
             f"node{'s' * (least > 1)} ({least * job.nproc_per_node} GPUs){between}, and fits its memory at "
             f"{least}, where fewer data-parallel ranks hold larger ZeRO / distributed-optimizer shards (assumed: the "
             "peak per GPU does not grow with the node count, so memory is checked at the minimum); llmperf --nnodes N "
-            "ranks at N nodes")
+            "ranks at N nodes" + _release_eval_note(job))
+
+
+def _release_eval_note(job: ParsedJob) -> str:
+    """DECREASE_FLAG without an eval flag: the smaller counts run the global batch rounded down on Megatron-LM
+    core_v0.16.1 / core_v0.17 (ConstantNumMicroBatchesCalculator, no eval check), as tune checks them; core_v0.18.0
+    and later also assert 'eval_global_batch_size ... must be divisible by eval_micro_batch_size * data_parallel_size'
+    with the eval batch defaulting to the unrounded global batch (arguments.py validate_args, #4014), which the
+    sentence says, with the batches every count splits at micro-batch 1 (multiples of the counts' GPU lcm)."""
+    args = job.script_args
+    if list_values(args, DECREASE_FLAG) is None or any(
+            list_values(args, flag) is not None for flag in ("--eval-global-batch-size", "--eval-micro-batch-size")):
+        return ""
+    gpus = [nodes * job.nproc_per_node for nodes in (*smaller_counts(job), job.nnodes)]
+    return (f". {DECREASE_FLAG} alone: the smaller counts run the global batch rounded down, as Megatron-LM "
+            "core_v0.17 and earlier do; core_v0.18.0 and later also assert there that the eval batch (by default "
+            "the unrounded global batch) divides by micro-batch x data-parallel size (arguments.py): on those "
+            f"releases add --eval-global-batch-size with a multiple of {math.lcm(*gpus)} (every count splits it at "
+            "micro-batch 1)")
 
 
 def _range_words(job: ParsedJob) -> str:
@@ -191,8 +209,8 @@ _BATCH_RULES = ("global_batch % (micro_batch*dp) != 0", "interleaving needs", RA
 eval batch and at-least-one-micro-batch rules (command_rules.py). DECREASE_FLAG (Megatron-LM's flag for a job that keeps
 training on fewer GPUs): where micro x DP does not divide the global batch, ConstantNumMicroBatchesCalculator
 (core/num_microbatches_calculator.py) runs the largest multiple of it below (_round) instead of asserting,
-floor(global / (micro x DP)) micro-batches, as candidate_rules' interleaving rule counts them; but the eval batch
-(--eval-global-batch-size, by default the global batch) must still divide (arguments.py, since #4014)."""
+floor(global / (micro x DP)) micro-batches, as candidate_rules' interleaving rule counts them; with an eval flag
+(core_v0.18.0 on) the eval batch must still divide (arguments.py, since #4014; command_rules.py)."""
 
 
 def _batch_rules(script_args: Sequence[str]) -> tuple[str, ...]:
@@ -211,8 +229,9 @@ def decrease_batch_hint(framework: str, script_args: Sequence[str], invalid_by_r
         return ""
     return (f" Or add {DECREASE_FLAG} with an --eval-global-batch-size that every count splits: at a count whose "
             "micro-batch x data-parallel size does not divide the global batch, Megatron-LM then trains on the largest "
-            "multiple of it below (num_microbatches_calculator.py) instead of stopping, but it still asserts that the "
-            "eval batch, by default the global batch, divides (arguments.py); tune checks that count's other rules.")
+            "multiple of it below (num_microbatches_calculator.py) instead of stopping, but core_v0.18.0 and later "
+            "still assert that the eval batch, by default the global batch, divides (arguments.py); tune checks that "
+            "count's other rules.")
 
 
 def smaller_counts(job: ParsedJob) -> tuple[int, ...]:

@@ -67,15 +67,19 @@ def test_a_fixed_node_count_is_not_a_range(home: Path, capsys, nnodes: str) -> N
 def test_decrease_batch_size_if_needed_lets_every_count_start(home: Path, capsys) -> None:
     """Megatron-LM's --decrease-batch-size-if-needed: at 3 nodes of --nnodes 1:4 (DP a multiple of 3) the step trains
     on the largest multiple of micro x DP below 512 (num_microbatches_calculator ConstantNumMicroBatchesCalculator)
-    instead of stopping, but arguments.py (since #4014) still asserts that the eval batch, by default the global batch,
-    divides by micro x DP: alone the flag starts nothing at 3 nodes (exit 3, the eval rule named). With an
-    --eval-global-batch-size every count splits (96), tune lists layouts and checks no global-batch divisibility at
-    the smaller counts."""
+    instead of stopping. Alone, the flag lets 3 nodes start on core_v0.17 and earlier (their arguments.py has no eval
+    batch); core_v0.18.0's eval assertion (#4014: the eval batch, by default the global batch, divides by micro x DP)
+    is said in the elastic line with the batch every count splits (H212: it pruned every layout, exit 3, holding a
+    core_v0.16.1 user to a later release's rule, which predict only warns of). With an --eval-global-batch-size every
+    count splits (96), tune lists layouts and checks no global-batch divisibility at the smaller counts."""
     (home / "s.yaml").write_text(NARROW)
     command = ["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", *MEGATRON_ARGS, "--decrease-batch-size-if-needed"]
-    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", "s.yaml", "--", *command], capsys)
-    assert code == 3, err
-    assert "eval global batch % (eval micro_batch*dp) != 0 at an elastic count (3 nodes, 24 GPUs)" in err, err
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--",
+                              *command], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["top"] and not [rule for rule in data["search"]["invalid_by_rule"] if rule.startswith("eval")], data
+    assert "core_v0.18.0 and later also assert" in data["elastic"] and "a multiple of 96" in data["elastic"], data
     code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--",
                               *command, "--eval-global-batch-size", "96"], capsys)
     assert code == 0, err
@@ -292,13 +296,13 @@ def test_a_wide_range_names_a_few_counts(home: Path, capsys) -> None:
     assert code == 3, err
     assert "No layout searched can start at 65 nodes (520 GPUs) or at 66 nodes (528 GPUs) or at 67 nodes (536 GPUs) " \
            "(and at " in err and len(err.splitlines()[-1]) < 1500, err
-    # --decrease-batch-size-if-needed alone: Megatron-LM still asserts the eval batch (the global batch) divides
-    # micro x DP (arguments.py, #4014), so 65 nodes still start nothing
+    # --decrease-batch-size-if-needed alone: core_v0.17 and earlier run the rounded batch at 65 nodes (no eval check;
+    # core_v0.18.0's is a note, H212), but the model grid still stops every layout there
     (home / "s.yaml").write_text("micro_batch_size: [1]\ntensor_parallel: [8]\npipeline_parallel: [1, 8, 16]\n"
                                  "virtual_pipeline: [1]\ncontext_parallel: [1]\nrecompute: [full]\n")
     code, out, err = run_cli(["tune", "--cluster", "dgx-a100", "--search", "s.yaml", "--", *command,
                               "--decrease-batch-size-if-needed"], capsys)
-    assert code == 3 and "eval global batch % (eval micro_batch*dp) != 0 at an elastic count (65 nodes" in err, err
+    assert code == 3 and "(65 nodes, 520 GPUs: the model grid" in err and "eval global batch" not in err, err
     # with an eval batch both counts of 63:64 split (lcm(63, 64) = 4032) the batch starts everywhere, but the model
     # grid cannot: 63 and 64 nodes share 8 GPUs as a divisor, so TP x PP x CP <= 8 and the model does not fit; more
     # TP / PP is no advice
