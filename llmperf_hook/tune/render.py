@@ -15,7 +15,8 @@ host_capacity_bytes (per node; null = the cluster does not state it, not
 checked), num_slower_by_estimate, num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s};
 `baseline` and each of `top` {tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute,
 recompute_num_layers, distributed_optimizer, zero_stage, ep, etp (null = expert TP follows TP), layout (the table's
-layout column), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu, capacity_bytes, headroom_bytes, fits,
+layout column), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu, capacity_bytes, headroom_bytes (capacity less
+predict's need: the peak on a GPU, a host's ranks together and their offloads on a CPU: headroom_bytes()), fits,
 host_bytes_per_node, host_fits, tight, verdict (predict's GPU verdict: "fits", "fits, tight", "DOES NOT FIT"; `fits`
 is tune's stricter rule)}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}]
 (null = absent / removed); `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
@@ -37,6 +38,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from llmperf_hook.schedule.memory_cpu import RESIDENT_PART
 from llmperf_hook.schedule.memory_fit import verdict_words
 from llmperf_hook.tune.apply import TunedCommand
 from llmperf_hook.tune.infeasible import own_fits_over_margin, own_over_margin_sentence, predict_verdict
@@ -181,9 +183,17 @@ def _fit_label(ev: Evaluated, margin: float) -> str:
     return f"  ({verdict_words(fits, tight)}: over tune's {100 * (1 - margin):.0f} % margin)"
 
 
+def headroom_bytes(ev: Evaluated) -> float:
+    """The row's capacity less what predict's verdict holds against it (MemoryEstimate.headroom_bytes): on a GPU the
+    peak (schedule/memory.py); on a CPU the host's need, every rank of the host and the offloads it pins together,
+    as they share its RAM (schedule/memory_cpu.cpu_memory_estimate's must_fit_bytes), not one rank's peak."""
+    on_cpu = RESIDENT_PART in getattr(getattr(ev.estimate, "memory", None), "components", {})
+    return ev.capacity_bytes - (ev.must_fit_bytes if on_cpu else ev.peak_bytes)
+
+
 def _row(rank: str, ev: Evaluated, changes: str, margin: float) -> str:
     e = ev.estimate
-    head = (ev.capacity_bytes - ev.peak_bytes) / GiB
+    head = headroom_bytes(ev) / GiB
     # The verdict goes last: inside the free-GiB column it pushed the layout and changes out of their columns.
     fit = _fit_label(ev, margin)
     return (f"{rank:>3}  {ev.step_time_s:9.3f}  {float(e.tokens_per_s):11,.0f}  {100 * float(e.mfu):5.1f}%  "
@@ -199,7 +209,8 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
     usable = (1 - res.memory_margin) * header["capacity_bytes"] / GiB
     cpu = header.get("device") == "cpu"  # schedule/memory_cpu.py: a host's ranks share its RAM
     fitted, ram = ("the resident memory of a host's ranks together", " of RAM") if cpu else ("allocated bytes", "")
-    peak = "is one rank's resident memory" if cpu else "includes the allocator's reserve"
+    peak = ("is one rank's resident memory, free GiB the RAM left once a host's ranks (and offloads) are resident"
+            if cpu else "includes the allocator's reserve")
     lines.append(f"fits = {fitted} (predict's rule) <= {usable:.1f} GiB ({100 * (1 - res.memory_margin):.0f} % of "
                  f"{header['capacity_bytes'] / GiB:.1f} GiB{ram}: memory_margin {res.memory_margin:g}); peak GiB {peak}"
                  f"{_host_clause(header)}")
@@ -358,7 +369,7 @@ def _evaluated_json(ev: Evaluated, changes: Sequence[Change] | None) -> dict[str
     out: dict[str, Any] = {
         **asdict(ev.candidate), "layout": ev.candidate.describe(), "step_time_s": ev.step_time_s, "tokens_per_s": float(e.tokens_per_s),
         "mfu": float(e.mfu), "peak_bytes_per_gpu": ev.peak_bytes, "capacity_bytes": ev.capacity_bytes,
-        "headroom_bytes": ev.capacity_bytes - ev.peak_bytes, "fits": ev.fits,
+        "headroom_bytes": headroom_bytes(ev), "fits": ev.fits,
         "host_bytes_per_node": ev.host_bytes, "host_fits": ev.host_fits,
         "tight": predict_verdict(ev)[1], "verdict": verdict_words(*predict_verdict(ev)),
     }

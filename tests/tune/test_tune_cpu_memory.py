@@ -56,6 +56,10 @@ def test_tune_keeps_what_predict_says_fits_the_host(tmp_path: Path) -> None:
     result = json.loads(out.stdout)
     assert result["search"]["num_oom_estimated"] == result["search"]["num_oom_predicted"] == 0
     assert {row["zero_stage"] for row in result["top"]} >= {1, 2, 3}  # every stage listed (ranked by speed, not pruned)
+    # headroom is per host, as predict's verdict: the RAM less both ranks (H206 left it RAM less one rank's peak)
+    base, mem = result["baseline"], predict_command(_command(tmp_path), {}, cluster=parse_cluster(CLUSTER, "t")).estimate.memory
+    assert base["headroom_bytes"] == pytest.approx(mem.headroom_bytes, rel=1e-6)
+    assert base["headroom_bytes"] < base["capacity_bytes"] - 1.5 * base["peak_bytes_per_gpu"]
 
 
 def _tune_table(tmp_path: Path, ram_gib: float, capsys: pytest.CaptureFixture[str],
