@@ -15,6 +15,7 @@ and must be the tuned layout, world size and global batch. Appending cannot take
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -86,7 +87,7 @@ def apply_to_script(argv: Sequence[str], line_plan: TunedCommand, changes: Seque
             "on the launch line itself."))
     forwarded = reaches_training_script(argv, words, (cfg.nnodes, cfg.nproc_per_node))
     if not forwarded or (not line_plan.new_files and not _runs(reread, argv, words, cfg, tuned)):
-        return ScriptApply(None, not_forwarded_refusal(kind))
+        return ScriptApply(None, not_forwarded_refusal(kind) + launch_line_hint(argv, (cfg.nnodes, cfg.nproc_per_node)))
     if not words:
         return ScriptApply(TunedCommand(argv=tuple(argv)))
     note = f"the tuned flags appended to the {kind}'s arguments, which its launch line passes on (\"$@\")"
@@ -105,6 +106,56 @@ def not_forwarded_refusal(kind: str) -> str:
             f"to the training script after its own flags (parsed as explain parses it; a launch line ending in \"$@\" "
             f"would). Make the changes listed above in the script, or run tune --apply on the launch line itself "
             f"(`llmperf tune --apply -- {inside}).")
+
+
+_REDIRECTION = re.compile(r"\s(?:&>|\d?>>?|\||;|&&)")
+"""Where a shell command's own words end: the first redirection, pipe or list operator after the training script."""
+
+
+def launch_line_hint(argv: Sequence[str], size: tuple[int | None, int | None]) -> str:
+    """' To pass them on, change FILE line N from `LINE` to `LINE with "$@"`.': the script file's launch command (the
+    last uncommented one naming the training script, backslash continuations joined) with "$@" after its own words,
+    before any redirection; '' where the file or the line is not found. In a double-quoted command string that an
+    `eval` runs (Megatron-DeepSpeed's run_cmd="deepspeed ... &> log.txt") "$@" closes and reopens the quotes: the
+    assignment joins the arguments with spaces and eval splits them again."""
+    job = parse_sized(argv, size)
+    name = os.path.basename(job.script) if job is not None else ""
+    path = next((w for w in argv if name and os.path.isfile(w) and _mentions(w, name)), None)
+    if path is None:
+        return ""
+    found = _launch_command(path, name)
+    if found is None:
+        return ""
+    first, last, text = found
+    cut = _REDIRECTION.search(text, text.index(name) + len(name))
+    end = cut.start() if cut else len(text.rstrip().rstrip('"'))
+    changed = f'{text[:end].rstrip()} "$@"{text[end:]}'
+    lines = f"line {first}" if first == last else f"lines {first}-{last} (continuations joined)"
+    return f" To pass them on, change {path} {lines} from `{text.strip()}` to `{changed.strip()}`."
+
+
+def _mentions(path: str, name: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return name in fh.read(1 << 20)
+    except OSError:
+        return False
+
+
+def _launch_command(path: str, name: str) -> tuple[int, int, str] | None:
+    """(first line, last line, text) of the last uncommented command of the file naming `name`, continuations joined."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        physical = fh.read().splitlines()
+    found, i = None, 0
+    while i < len(physical):
+        start, text = i, physical[i]
+        while text.endswith("\\") and i + 1 < len(physical):
+            i += 1
+            text = text[:-1] + " " + physical[i].strip()
+        if name in text and not text.lstrip().startswith("#"):
+            found = (start + 1, i + 1, text)
+        i += 1
+    return found
 
 
 def _article(kind: str) -> str:
