@@ -209,6 +209,9 @@ class SamplingDeadline:
         self.stopped: dict[tuple[str, str], float] = {}
         """{(op class, phase): slowdown over the roofline of its first call} of the shapes stopped over limit_s: that
         class's estimates are taken at it at least for the rest of the run."""
+        self.refused: dict[tuple[str, str], int] = {}
+        """{(op class, phase): its first-fit shapes not measured past the deadline, each estimated over
+        FIRST_FIT_MAX_SAMPLE_S (refused_note)."""
 
     def allows(self, spec: plans.SampleSpec, estimate_s: float, now_s: float | None = None) -> bool:
         """Whether `spec`, estimated at `estimate_s`, is measured now (`now_s`: a time.perf_counter() time the plan
@@ -221,6 +224,9 @@ class SamplingDeadline:
         if first_fit and estimate_s <= FIRST_FIT_MAX_SAMPLE_S:
             self.overrun_s = max(self.overrun_s, now + estimate_s - self.with_spec_s(spec))
             return True
+        if first_fit:
+            key = (spec.op_class, spec.phase)
+            self.refused[key] = self.refused.get(key, 0) + 1
         return False
 
     def limit_s(self, spec: plans.SampleSpec, estimate_s: float) -> float:
@@ -246,6 +252,19 @@ class SamplingDeadline:
     def add(self, spec: plans.SampleSpec) -> None:
         key = (spec.op_class, spec.phase)
         self.counts[key] = self.counts.get(key, 0) + 1
+
+
+def refused_note(refused: Mapping[tuple[str, str], int], fitted: Sequence[str], dtype: str) -> str | None:
+    """Why a class asked for is left without a regressor although first fits run past the deadline: its shapes were
+    estimated too slow for one (SamplingDeadline.refused), at the pace its class ran here or a shape of it stopped
+    over its time (the 'not measured' note said which). None when every such class was fitted."""
+    left = {f"{c}/{p}/{dtype}": n for (c, p), n in sorted(refused.items()) if f"{c}/{p}/{dtype}" not in fitted}
+    if not left:
+        return None
+    listed = ", ".join(f"{key} ({n} shape{'' if n == 1 else 's'})" for key, n in left.items())
+    return (f"left on the roofline because their first-fit shapes were not measured past the sampling deadline: "
+            f"{listed}, each estimated at over {FIRST_FIT_MAX_SAMPLE_S} s at the pace its class ran here (past the "
+            f"deadline a first fit takes only shapes under that); a larger --budget measures them before it")
 
 
 def expected_run(specs: Sequence[plans.SampleSpec], deadline: SamplingDeadline, rc: RooflineConstants,
@@ -307,6 +326,7 @@ def _measure_all(specs: Sequence[plans.SampleSpec], deadline: SamplingDeadline |
                     or plans.alloc_elements(spec) * rc.dtype_bytes > max_bytes:
                 continue
             try:
+                warm_up(spec.op_class, spec.phase, req.dtype, req.device)
                 timing = sample_op(spec.op_class, spec.dims, spec.phase, req.dtype, req.device,
                                    limit_s=deadline.limit_s(spec, estimate_s))
             except OverLimit as over:  # a shape far slower than its class's median: not measured
@@ -330,6 +350,32 @@ def _measure_all(specs: Sequence[plans.SampleSpec], deadline: SamplingDeadline |
     finally:
         bar.close()
     return measured
+
+
+_WARMED: set[tuple[str, str, str, str]] = set()
+"""(op class, phase, dtype, device) whose code path this process has run (warm_up): one-time costs are per process."""
+
+
+def warm_up(op_class: str, phase: str, dtype: str, device: str) -> None:
+    """Run the op once, untimed, on its class's smallest shape, the first time this process samples (op class, phase,
+    dtype, device): a path's first call pays one-time costs that are not the op's, and measure() judges a shape's pace
+    by its first call (OverLimit). The process's first torch.autograd.grad starts autograd's engine: 0.61 s of CPU
+    time and 1.5 s wall for a LayerNorm backward of 592 x 96 whose next call took 0.36 ms (28 Nov, load 2), 3.3 s wall
+    at load 9; a first fit past the deadline is given 10 s (OVER_DEADLINE_S) for its 7 calls, so that shape was
+    stopped and its class taken at 9063x its roofline, which refused every other first-fit shape of it
+    (FIRST_FIT_MAX_SAMPLE_S): `--ops gemm,layernorm` under load ended with no layernorm backward regressor."""
+    key = (op_class, phase, dtype, device)
+    ranges = plans.CPU_RANGES if device == "cpu" else plans.GPU_RANGES
+    if key in _WARMED or op_class not in ranges:
+        return
+    _WARMED.add(key)
+    from llmperf_hook.profile import op_sampler
+
+    smallest = plans.complete_dims(op_class, {dim: float(low) for dim, (low, _) in ranges[op_class].items()})
+    try:
+        op_sampler.make_runner(op_class, smallest, phase == "bwd", dtype, device)()
+    except (MemoryError, RuntimeError):  # the sampled shapes' own measurements say what fails
+        _free_memory(device)
 
 
 def _roofline_s(spec: plans.SampleSpec, rc: RooflineConstants) -> float:
@@ -486,8 +532,10 @@ def _run_profile(req: ProfileRequest) -> ProfileResult:
                       f"takes here)")
     result = fit_and_write(req, name, rc, fp, versions, groups, measured + adaptive, len(specs) - len(todo),
                            plan_note, budget, asked={(s.op_class, s.phase) for s in specs})
-    return replace(result, phase_ends_s=(("start-up, torch and the peaks", sampling_s), ("sampling", sampled_s),
-                                         *result.phase_ends_s), expected_measured=run[0])
+    refused = refused_note(deadline.refused, result.fitted_classes, req.dtype)
+    return replace(result, notes=(*result.notes, refused) if refused else result.notes,
+                   phase_ends_s=(("start-up, torch and the peaks", sampling_s), ("sampling", sampled_s),
+                                 *result.phase_ends_s), expected_measured=run[0])
 
 
 def _check_state_dirs(req: ProfileRequest) -> None:

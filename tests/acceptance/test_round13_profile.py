@@ -150,11 +150,14 @@ def test_the_resumed_run_keeps_its_budget(resumed: Resumed) -> None:
     assert said.budget_s == BUDGET_MIN * 60, said
 
 
-def test_predict_names_the_profile_per_op_class_and_says_extrapolation(home_copy: Path, capsys) -> None:
+def test_predict_names_the_profile_per_op_class_and_says_extrapolation(resumed: Resumed, home_copy: Path,
+                                                                         capsys) -> None:
     code, out, err = run_cli(["predict", "--format", "json", "--hardware", NAME, "--", *SMALL], capsys)
     assert code == 0, err
     used = json.loads(out)["predictor"]
-    assert used["gemm"] == used["layernorm"] == f"lightgbm:{NAME}", used
+    # both directions of both classes: past its deadline (21 s, spent by start-up under load) each still gets its
+    # first fit (sampler.warm_up); the profile's own lines say what it left out
+    assert used["gemm"] == used["layernorm"] == f"lightgbm:{NAME}", (used, resumed.resumed.stdout[-3000:])
     assert used["gelu"] == "roofline" and used["attention"] == "roofline", used  # not sampled: said per class
     code, out, err = run_cli(["predict", "--format", "json", "--hardware", NAME, "--", *LARGE], capsys)
     assert code == 0, err

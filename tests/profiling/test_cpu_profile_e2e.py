@@ -33,7 +33,10 @@ def test_tiny_budget_profile_is_used_by_predict(tiny_profile: TinyProfile, tiny_
     assert tiny_profile.returncode == 0, tiny_profile.output[-3000:]
     meta = json.loads((tiny_home / "profiles" / TINY_NAME / "profile.json").read_text())
     fitted = {(m["op_class"], m["phase"], m["dtype"]) for m in meta["models"]}
-    assert ("gemm", "fwd", "fp32") in fitted and ("layernorm", "bwd", "fp32") in fitted
+    # Every class and direction asked for, however loaded the machine: each gets its first fit past the deadline
+    # (sampler.warm_up keeps the process's first autograd call from refusing LayerNorm backward's under load).
+    asked = {(c, p, "fp32") for c in ("gemm", "layernorm") for p in ("fwd", "bwd")}
+    assert asked <= fitted, (sorted(asked - fitted), tiny_profile.output[-3000:])
     assert meta["provenance"]["peak_layouts"] == "nt,nn,tn"  # predict tells a peak of a @ b alone by its absence
     assert (tiny_home / "hardware" / f"{TINY_NAME}.yaml").is_file()
     # Resumable: a second run reuses every stored shape.
