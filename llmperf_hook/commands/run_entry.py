@@ -45,8 +45,9 @@ class Entry:
     """The job's environment (`VAR=value` words in front of the command included)."""
     program: bool = False
     """Run as a program, not by python (torchrun / deepspeed `--no-python`)."""
-    remote: bool = False
-    """Opened on other hosts only: a multi-node deepspeed launch (see `_starts_on_other_hosts`)."""
+    deepspeed_words: tuple[str, ...] = ()
+    """The deepspeed launcher's words before the entry: its active hosts may all be other machines
+    (`_starts_on_other_hosts`, asked only when the entry is missing here: it may resolve host names)."""
 
 
 def check_entry(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None) -> None:
@@ -75,7 +76,7 @@ def entry_verdict(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> tup
         problem = (f"cannot launch `{entry.launch}`: {entry.interpreter or 'python'}: {said} (in {cwd}). Nothing was "
                    "predicted or started: check the path or the module name, and the directory you launch from."
                    ) if said else ""
-    if problem and entry.remote:
+    if problem and entry.deepspeed_words and _starts_on_other_hosts(entry.deepspeed_words, entry.env):
         return (f"`{entry.launch}` on this host: {said} (in {cwd}). The deepspeed launcher starts it on the "
                 f"hostfile's hosts (pdsh: `cd {cwd}; python -u -m deepspeed.launcher.launch ...`; mpirun / srun: "
                 "`python -u ...` in this folder), none of them this one, "
@@ -105,16 +106,17 @@ def find_entry(argv: Sequence[str], env: Mapping[str, str]) -> Entry | None:
         return None
     return Entry(target, module, _interpreter(words, job_env), " ".join(words[:at + 1]) + (" ..." if job.script_args
                  else ""), job_env, program=_without_python(words[1:at]),
-                 remote=job.launcher == "deepspeed" and _starts_on_other_hosts(words[:at]))
+                 deepspeed_words=tuple(words[:at]) if job.launcher == "deepspeed" else ())
 
 
-def _starts_on_other_hosts(launcher_words: Sequence[str]) -> bool:
+def _starts_on_other_hosts(launcher_words: Sequence[str], env: Mapping[str, str]) -> bool:
     """deepspeed/launcher/runner.py main's multi_node_exec (launch/deepspeed_launcher.multi_node_exec); then a
     multi-node runner (pdsh, mpirun, srun: multinode_runner.py) starts the entry on each active
     host, `cd <this folder>` first. Otherwise (one host, or --no_ssh) deepspeed.launcher.launch starts it here, and
-    so does pdsh / mpirun on an active host that is this one (localhost, the runner's pool without a hostfile, or
-    this host's name): then its ranks fail here."""
-    from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, multi_node_exec
+    so does pdsh / mpirun on an active host that is this one (local_host.is_this_host: localhost, the runner's pool
+    without a hostfile, this host's name or another name or address of it): then its ranks fail here."""
+    from llmperf_hook.commands.local_host import is_this_host
+    from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, active_hosts, multi_node_exec
     from llmperf_hook.launch.options import scan_options
 
     start = next((k + 1 for k, word in enumerate(launcher_words)
@@ -122,34 +124,11 @@ def _starts_on_other_hosts(launcher_words: Sequence[str]) -> bool:
     if start is None:
         return False
     try:
-        values = scan_options(launcher_words, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR).values
-        hosts = _active_hosts(values)
+        opts = scan_options(launcher_words, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR)
+        hosts = active_hosts(opts.values, opts.flags, env)
     except (LlmperfError, ValueError):
         return False
-    return multi_node_exec(values, len(hosts)) and not any(_is_this_host(host) for host in hosts)
-
-
-def _active_hosts(values: Mapping[str, str]) -> list[str]:
-    """runner.py main's active_resources: the hostfile's hosts (fetch_hostfile, default /job/hostfile; none: the
-    pool is `localhost`), filtered by --include/--exclude (parse_inclusion_exclusion), the first --num_nodes kept."""
-    from llmperf_hook.launch.deepspeed_launcher import DEFAULT_HOSTFILE, filter_resources, read_hostfile
-
-    path = values.get("hostfile", DEFAULT_HOSTFILE)
-    if not os.path.isfile(path):
-        return ["localhost"]
-    pool = {host: list(range(slots)) for host, slots in read_hostfile(path).items()}
-    hosts = list(filter_resources(pool, values.get("include", ""), values.get("exclude", "")))
-    nodes = int(values.get("num_nodes", "-1"))
-    return hosts[:nodes] if nodes > 0 else hosts
-
-
-def _is_this_host(host: str) -> bool:
-    """A hostfile name that is this machine for ssh: localhost, a loopback address, or this host's name (short or
-    full). Other aliases and addresses of it are not known here: their launch only warns."""
-    import socket
-
-    name = socket.gethostname()
-    return host in ("localhost", "::1", name, name.split(".")[0]) or host.startswith("127.")
+    return multi_node_exec(opts.values, len(hosts)) and not any(is_this_host(host) for host in hosts)
 
 
 def _entry_index(words: Sequence[str], target: str, script_args: Sequence[str]) -> int | None:

@@ -148,8 +148,9 @@ def _counts(values: Mapping[str, str]) -> tuple[int, int]:
     return nodes, gpus
 
 
-def _size_from_pool(pool: "OrderedDict[str, list[int]]", nodes: int, gpus: int, src: Source, flags: Mapping[str, str]) -> tuple[Sized, Sized, Sized, list[str]]:
-    hosts = list(pool)[:nodes] if nodes > 0 else list(pool)
+def _size_from_pool(pool: "OrderedDict[str, list[int]]", nodes: int, gpus: int, src: Source, flags: Mapping[str, str],
+                    values: Mapping[str, str]) -> tuple[Sized, Sized, Sized, list[str]]:
+    hosts = first_nodes(pool, values)
     slots = {h: (list(range(gpus)) if gpus > 0 else pool[h]) for h in hosts}
     nnodes_src = Source(SourceKind.LAUNCHER, flags["num_nodes"]) if nodes > 0 else src
     nproc_src = Source(SourceKind.LAUNCHER, flags["num_gpus"]) if gpus > 0 else src
@@ -182,15 +183,14 @@ def multi_node_exec(values: Mapping[str, str], hosts: int) -> bool:
     return ("force_multi" in values or hosts > 1) and "no_ssh" not in values
 
 
-def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str],
-                             files: Mapping[str, ScriptFile] | None = None) -> LaunchSize:
-    """words[start:] = the deepspeed runner's options, the script and its arguments; `files`: what the launch script
-    writes before it (its hostfile may be one)."""
-    opts = scan_options(words, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR)
-    values, flags = opts.values, opts.flags
-    nodes, gpus = _counts(values)
-    pool, src = _pool(values, flags, env, used, files or {})
-    warnings = [f"unknown deepspeed option {w} ignored" for w in opts.unknown]
+def active_pool(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str],
+                files: Mapping[str, ScriptFile]) -> tuple["OrderedDict[str, list[int]] | None", Source, Mapping[str, str]]:
+    """runner.py main up to parse_inclusion_exclusion: the resource pool (hostfile, or this machine: CUDA_VISIBLE_DEVICES
+    as `--include localhost:...`, None when its GPU count is unknown) filtered by --include/--exclude, where it came
+    from, and `values` as the rest reads them; a UsageError where runner.py stops. --num_nodes is applied by
+    `first_nodes`."""
+    nodes, _ = _counts(values)
+    pool, src = _pool(values, flags, env, used, files)
     if values.get("include") and values.get("exclude"):  # runner.py parse_resource_filter, whatever the pool
         filter_resources({}, values["include"], values["exclude"])
     if pool is None and values.get("include", "").startswith("localhost:"):
@@ -200,13 +200,41 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
     if pool is None:
         if nodes > 1:
             raise UsageError(f"deepspeed --num_nodes {nodes} needs a hostfile listing the nodes (runner.py: 'Num nodes is >1 but no extra nodes available via hostfile'). Pass --hostfile FILE.")
+        return None, src, values
+    pool = filter_resources(pool, values.get("include", ""), values.get("exclude", ""))
+    if not pool:
+        raise UsageError("the deepspeed --include/--exclude filter leaves no GPU to run on.")
+    return pool, src, values
+
+
+def first_nodes(hosts: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """runner.py main: `--num_nodes N` keeps the first N active hosts."""
+    nodes = _counts(values)[0]
+    return list(hosts)[:nodes] if nodes > 0 else list(hosts)
+
+
+def active_hosts(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str],
+                 files: Mapping[str, ScriptFile] | None = None) -> list[str]:
+    """runner.py main's active_resources' hosts in order (`localhost` when the pool is this machine): the hosts its
+    runner starts the script on; a UsageError where runner.py stops."""
+    pool, _, values = active_pool(values, flags, env, {}, files or {})
+    return first_nodes(pool if pool is not None else ["localhost"], values)
+
+
+def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str],
+                             files: Mapping[str, ScriptFile] | None = None) -> LaunchSize:
+    """words[start:] = the deepspeed runner's options, the script and its arguments; `files`: what the launch script
+    writes before it (its hostfile may be one)."""
+    opts = scan_options(words, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR)
+    flags = opts.flags
+    pool, src, values = active_pool(opts.values, flags, env, used, files or {})
+    nodes, gpus = _counts(values)
+    warnings = [f"unknown deepspeed option {w} ignored" for w in opts.unknown]
+    if pool is None:
         nproc = Sized(gpus, Source(SourceKind.LAUNCHER, flags["num_gpus"])) if gpus > 0 else _local_unknown(values, src)
         nnodes, world = Sized(1, Source(SourceKind.DEFAULT, "deepspeed: local machine only")), None
     else:
-        pool = filter_resources(pool, values.get("include", ""), values.get("exclude", ""))
-        if not pool:
-            raise UsageError("the deepspeed --include/--exclude filter leaves no GPU to run on.")
-        nnodes, nproc, world, extra = _size_from_pool(pool, nodes, gpus, src, flags)
+        nnodes, nproc, world, extra = _size_from_pool(pool, nodes, gpus, src, flags, values)
         warnings += extra
     if opts.rest >= len(words):
         raise UsageError("the deepspeed command names no training script after its options.")

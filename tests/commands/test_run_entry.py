@@ -120,6 +120,8 @@ def test_a_plain_folder_named_like_an_installed_package_does_not_hide_it(work: P
     (["--hostfile", "with_localhost"], True),  # its localhost ranks open it here and fail
     (["--hostfile", "with_this_host"], True),
     (["--hostfile", "with_localhost", "--exclude", "localhost"], False),
+    (["--hostfile", "with_loopback"], True),  # runner.py names no host local: pdsh's ssh reaches this one (H213)
+    (["--hostfile", "with_this_address"], True),
 ])
 def test_a_multi_node_deepspeed_launch_only_warns_of_an_entry_this_host_cannot_see(work: Path, launch: list[str],
                                                                                   refused: bool,
@@ -129,6 +131,11 @@ def test_a_multi_node_deepspeed_launch_only_warns_of_an_entry_this_host_cannot_s
     (work / "one_host").write_text("worker-1 slots=1\n")
     (work / "with_localhost").write_text("localhost slots=1\nworker-1 slots=1\nworker-2 slots=1\n")
     (work / "with_this_host").write_text(f"worker-1 slots=1\n{socket.gethostname()} slots=1\n")
+    (work / "with_loopback").write_text("worker-1 slots=1\n0:0:0:0:0:0:0:1 slots=1\n")  # ::1 spelled out
+    from llmperf_hook.commands.local_host import local_addresses
+
+    mine = sorted(str(a) for a in local_addresses() if not a.is_loopback) or ["::1"]  # no /proc/net: loopback only
+    (work / "with_this_address").write_text(f"worker-1 slots=1\n{mine[0]} slots=1\n")
     from llmperf_hook.commands.run_entry import entry_verdict
 
     problem, refuse = entry_verdict(["deepspeed", *launch, "only_on_workers.py", "--lr", "1"], ENV, work)
