@@ -19,8 +19,9 @@ adds some microseconds per event, so small ops read high.
 With --record, a record of bench_cpu_testbed.py (testbed_record.py; nothing is run): every configuration's
 predicted step by term beside the median of its recorded runs' step wall time and CPU time (the slowest rank's,
 per step), and which part the CPU time leaves: CPU / (prediction less the collectives, which are the ranks' wait,
-not CPU), and the forward+backward's ratio if the step's own terms (Adam, DeepSpeed's engine, gloo's transport
-threads) were right. Grouped by ranks: a term missing from multi-rank jobs shows as their ratio above the one-rank
+not CPU), the ranks' mean CPU / (that, less the priced wait for the slowest rank, "jit": predict/rank_jitter.py),
+and the forward+backward's ratio (the ranks' mean) if the step's own terms (Adam, DeepSpeed's engine, gloo's
+transport threads) were right. Grouped by ranks: a term missing from multi-rank jobs shows as their ratio above the one-rank
 configurations' (session 22's quiet record: x1.07-1.31 at 2 ranks against x0.97-1.10 at 1, /work/notes/h191.md).
 The record's CPU time is the slowest rank's per step; beside it the ranks' mean per step (rank_mean_cpu_s): on
 that record the 2-rank geometric mean is x1.170 by the slowest rank and x1.101 by the mean (1 rank: x1.063), so
@@ -59,7 +60,8 @@ def step_ops(cfg: TestbedConfig, work: Path) -> Iterator[tuple[Any, int, dict[st
     from llmperf_hook.api import resolve_command
     from llmperf_hook.graph.build import build_graph
     from llmperf_hook.predict import fitted
-    from llmperf_hook.predict.cpu_framework import find_cpu_framework_cost, op_cost_parts, ranks_on_machine
+    from llmperf_hook.predict.cpu_framework import (find_cpu_framework_cost, op_cost_parts, ranks_on_machine,
+                                                    synchronised_ranks)
     from llmperf_hook.predict.dispatch import find_operator_profile, op_id, predict_ops
 
     ds_json = work / "ds.json"
@@ -73,13 +75,13 @@ def step_ops(cfg: TestbedConfig, work: Path) -> Iterator[tuple[Any, int, dict[st
         raise SystemExit(f"{CLUSTER}: no CPU framework cost for {config.precision} in this home's profile")
     seconds, _ = predict_ops(ops, cluster, find_operator_profile(cluster, config.precision),
                              fitted.find_comm_model(cluster.name))
-    ranks = ranks_on_machine(ops)
+    ranks, synced = ranks_on_machine(ops), synchronised_ranks(ops)
     stage = graph.stages[0]
     for block in (b for chunk in stage.chunks for b in chunk.blocks):
         for op in (*block.fwd, *block.bwd):
-            yield op, block.count * graph.num_microbatches, op_cost_parts(op, seconds[op_id(op)], cost, ranks)
+            yield op, block.count * graph.num_microbatches, op_cost_parts(op, seconds[op_id(op)], cost, ranks, synced)
     for op in stage.step_ops:
-        yield op, 1, op_cost_parts(op, seconds[op_id(op)], cost, ranks)
+        yield op, 1, op_cost_parts(op, seconds[op_id(op)], cost, ranks, synced)
 
 
 def by_class(rows: Iterator[tuple[Any, int, dict[str, float]]]) -> dict[Key, dict[str, float]]:
@@ -139,8 +141,9 @@ def print_against_run(rows: list[tuple[Any, int, dict[str, float]]], recorded: d
 
 
 STEP_TERMS = ("adam", "engine", "transport")
-"""op_cost_parts' terms paid once per step; "operators", "issue" and "traffic" are the micro-batches' forward+backward,
-"comm" the collectives (the ranks' wait on a CPU: gloo blocks the calling thread)."""
+"""op_cost_parts' terms paid once per step; "operators", "issue", "traffic" and "engine_microbatches" (ZeRO-2/3's
+engine work in each further micro-batch) are the micro-batches' forward+backward, "comm" the collectives (the ranks'
+wait on a CPU: gloo blocks the calling thread), "jitter" the wait for the slowest rank (E[max] - mean)."""
 
 
 def step_terms_ms(rows: Iterator[tuple[Any, int, dict[str, float]]]) -> dict[str, float]:
@@ -169,17 +172,19 @@ def rank_mean_cpu_s(run: dict) -> float | None:
 def against_runs(terms_ms: dict[str, float], runs: list[dict]) -> dict[str, float]:
     """The predicted terms beside the median over `runs` (a record's runs of one configuration) of the measured step
     wall time and the slowest rank's CPU time per step (testbed_record.py: measured_s, cpu_s), in ms; and the ranks'
-    mean CPU time per step (rank_mean_cpu_s; the slowest rank's where a run lacks the ranks' steps)."""
+    mean CPU time per step (rank_mean_cpu_s; the slowest rank's where a run lacks the ranks' steps). The slowest
+    rank's CPU is compared with the prediction's E[max] (jitter in), the ranks' mean with one rank's mean (out)."""
     predicted = sum(terms_ms.values())
-    comm = terms_ms.get("comm", 0.0)
+    comm, jitter = terms_ms.get("comm", 0.0), terms_ms.get("jitter", 0.0)
     step = sum(terms_ms.get(t, 0.0) for t in STEP_TERMS)
     cpu = statistics.median(r["cpu_s"] for r in runs) * 1e3
     mean = statistics.median(rank_mean_cpu_s(r) or r["cpu_s"] for r in runs) * 1e3
     wall = statistics.median(r["measured_s"] for r in runs) * 1e3
-    return {"predicted": predicted, "comm": comm, "step_terms": step, "fwd_bwd": predicted - comm - step,
+    fwd_bwd = predicted - comm - jitter - step
+    return {"predicted": predicted, "comm": comm, "jitter": jitter, "step_terms": step, "fwd_bwd": fwd_bwd,
             "cpu": cpu, "cpu_rank_mean": mean, "wall": wall, "cpu_per_non_comm": cpu / (predicted - comm),
-            "rank_mean_per_non_comm": mean / (predicted - comm),
-            "fwd_bwd_if_step_right": (cpu - step) / (predicted - comm - step)}
+            "rank_mean_per_non_comm": mean / (predicted - comm - jitter),
+            "fwd_bwd_if_step_right": (mean - step) / fwd_bwd}
 
 
 def by_ranks(rows: list[tuple[int, dict[str, float]]], key: str) -> dict[int, float]:
@@ -194,8 +199,8 @@ def print_record(record_path: Path, home: Path) -> None:
     record = load_record(record_path, "--record")  # exit 2 for a file that is not one
     print(f"{record_path.name}: this tree's prediction ({home}) against the median of each configuration's runs, "
           f"ms per step (CPU: the slowest rank's per step; mean: the ranks' mean per step)\n  {'#':>2} "
-          f"{'configuration':32s} {'pred':>6} {'comm':>5} {'step':>5} {'f+b':>6} | {'CPU':>6} {'mean':>6} {'wall':>6}  "
-          f"CPU/(pred-comm)  mean/(pred-comm)  f+b if step right")
+          f"{'configuration':32s} {'pred':>6} {'comm':>5} {'jit':>4} {'step':>5} {'f+b':>6} | {'CPU':>6} {'mean':>6} "
+          f"{'wall':>6}  CPU/(pred-comm)  mean/(pred-comm-jit)  f+b if step right (mean)")
     rows = []
     for index, label in ((c["index"], c["label"]) for c in record["configs"]):
         cfg = CONFIGS[index] if 0 <= index < len(CONFIGS) else None
@@ -210,13 +215,13 @@ def print_record(record_path: Path, home: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="llmperf-breakdown-") as work:
             row = against_runs(step_terms_ms(step_ops(cfg, Path(work))), runs)
         rows.append((cfg.ranks, row))
-        print(f"  {index:2d} {label:32s} {row['predicted']:6.1f} {row['comm']:5.1f} {row['step_terms']:5.1f} "
-              f"{row['fwd_bwd']:6.1f} | {row['cpu']:6.1f} {row['cpu_rank_mean']:6.1f} {row['wall']:6.1f}  "
-              f"x{row['cpu_per_non_comm']:.3f}{'':9s}x{row['rank_mean_per_non_comm']:.3f}{'':10s}"
+        print(f"  {index:2d} {label:32s} {row['predicted']:6.1f} {row['comm']:5.1f} {row['jitter']:4.1f} "
+              f"{row['step_terms']:5.1f} {row['fwd_bwd']:6.1f} | {row['cpu']:6.1f} {row['cpu_rank_mean']:6.1f} "
+              f"{row['wall']:6.1f}  x{row['cpu_per_non_comm']:.3f}{'':9s}x{row['rank_mean_per_non_comm']:.3f}{'':14s}"
               f"x{row['fwd_bwd_if_step_right']:.3f}")
     for key, what in (("cpu_per_non_comm", "CPU / (prediction less collectives)"),
-                      ("rank_mean_per_non_comm", "the ranks' mean CPU / (prediction less collectives)"),
-                      ("fwd_bwd_if_step_right", "forward+backward if the step terms are right")):
+                      ("rank_mean_per_non_comm", "the ranks' mean CPU / (prediction less collectives and jitter)"),
+                      ("fwd_bwd_if_step_right", "forward+backward (the ranks' mean) if the step terms are right")):
         means = by_ranks(rows, key)
         print(f"  {what}, geometric mean by ranks: " + ", ".join(f"{r} rank(s) x{m:.3f}" for r, m in means.items()))
 

@@ -8,7 +8,9 @@ measured framework cost), the per-rank graph changes in two ways, both physical:
   touches, (1 - f) x the stage's parameters (gradient hooks, ZeRO-3 fetch/release in forward and backward)
   + f x the rank's optimizer partition (the step's norm, update and copy back), f the measured
   `partition_fraction` of the ZeRO stage (profile/cpu_engine_cost.py; 0 for ZeRO-0, where the partition is
-  the whole stage anyway);
+  the whole stage anyway). That reading's engines run one micro-batch per step; under ZeRO-2/3 the forward+backward
+  share of it, 1 - f, is paid again by every further micro-batch (`engine_further_microbatches`,
+  engine_further_microbatches() below), under ZeRO-0/1 it is not;
 - no collective hides behind compute: the overlap tags that put ZeRO prefetches, bucketed gradient
   reductions and parameter gathers on a GPU side stream are dropped. gloo runs a collective on the calling
   thread (or a helper thread that competes for the same core under one-thread-per-rank), and DeepSpeed's
@@ -55,12 +57,30 @@ def engine_params(full_params: int, partition_params: int, fraction: float) -> i
     return round((1.0 - fraction) * full_params + fraction * min(partition_params, full_params))
 
 
+def engine_further_microbatches(cfg: TrainingConfig) -> int:
+    """Micro-batches of a step after the first whose backward repeats DeepSpeed's gradient handling. ZeRO-2
+    reduces and partitions in every micro-batch's backward (runtime/zero/stage_1_and_2.py
+    reduce_ready_partitions_and_remove_grads: `if self.partition_gradients or self.is_gradient_accumulation_boundary()`
+    -> reduce_independent_p_g_buckets_and_remove_grads: bucket copy, average_tensor, copy_grads_in_partition; engine.py
+    allreduce_gradients: "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well"), ZeRO-3
+    too (stage3.py: parameters fetched and released in every forward and backward, gradients reduce-scattered in every
+    backward). ZeRO-0/1 reduce only at the boundary (allreduce_gradients' `elif self.is_gradient_accumulation_boundary()`
+    -> reduce_gradients / buffered_allreduce_fallback): 0 (DeepSpeed 0.19.8; measured, /work/notes/h215.md: a ZeRO-1
+    engine's further micro-batch costs 0.9-2.6 ms beyond plain torch's, a ZeRO-2 engine's 7-11 ms, on 0.55 M
+    parameters)."""
+    return max(0, cfg.batch.num_microbatches - 1) if cfg.optimizer.zero_stage >= 2 else 0
+
+
 def _optimizer_tags(cfg: TrainingConfig, stage: StageGraph, op: Op, fraction: float) -> dict[str, str]:
     tags = {"param_tensors": str(optimizer_param_tensors(cfg, stage.stage, stage.num_layers))}
     if "deepspeed" in cfg.framework:
         partition = int(op.dims.get("params", stage.num_params))
         tags.update(deepspeed_zero=str(cfg.optimizer.zero_stage),
                     engine_params=str(engine_params(stage.num_params, partition, fraction)))
+        further = engine_further_microbatches(cfg)
+        if further:  # each repeats the forward+backward share (1 - f) of the engine's work on the stage's parameters
+            tags.update(engine_further_microbatches=str(further), engine_fwd_bwd_share=f"{1.0 - fraction:.6g}",
+                        engine_stage_params=str(stage.num_params))
     return tags
 
 

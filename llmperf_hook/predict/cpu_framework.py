@@ -11,7 +11,8 @@ hardware is a CPU and, for every prediction on it:
 - the optimizer step costs per_tensor_s * tensors + per_param_s * params, tensors from the op's
   `param_tensors` tag (graph/param_tensors.py: 1 for DeepSpeed's flattened ZeRO / bf16 optimizers);
 - under DeepSpeed the optimizer op also carries the engine's measured per-step work for its ZeRO stage
-  (deepspeed_step: per step + per parameter of the stage);
+  (deepspeed_step: per step + per parameter of the stage), and under ZeRO-2/3 its forward+backward share once more
+  for every micro-batch after the first (_engine_microbatches: they reduce in every backward);
 - with N ranks on the machine, compute and optimizer times are multiplied by the measured
   concurrency_slowdown[N] (ranks share cores, caches and memory bandwidth);
 - collectives run on the same thread too (gloo, synchronous on CPU): nothing hides behind compute
@@ -219,7 +220,8 @@ def op_cost_parts(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_mac
     """op_seconds by the term of the module docstring that prices it (their sum is op_seconds), for a breakdown of
     where a CPU step goes (benchmarks/testbed_op_breakdown.py): a compute op's "operators" (compute_scale x its
     profile time), "issue" (per op unit) and "traffic" (per byte); the optimizer op's "adam" (per tensor and per
-    parameter) and "engine" (DeepSpeed's ZeRO-stage step); TRANSPORT_OP's "transport"; a collective's "comm";
+    parameter), "engine" (DeepSpeed's ZeRO-stage step) and "engine_microbatches" (its forward+backward share again
+    in each further micro-batch under ZeRO-2/3); TRANSPORT_OP's "transport"; a collective's "comm";
     beside every non-collective part of a job of several synchronised ranks, "jitter": what its share of the step
     costs beyond one rank's mean because the step waits for the slowest rank (predict/rank_jitter.py)."""
     if op.collective is not None:
@@ -238,11 +240,26 @@ def _rank_parts(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machi
         tensors = int(op.tags.get("param_tensors", "1"))
         adam_s = tensors * cost.optimizer_per_tensor_s + op.dims.get("params", 0) * cost.optimizer_per_param_s
         per_step_s, per_param_s = cost.deepspeed_step.get(op.tags.get("deepspeed_zero", ""), (0.0, 0.0))
-        return {"adam": slowdown * adam_s,
-                "engine": slowdown * (per_step_s + per_param_s * int(op.tags.get("engine_params", "0")))}
+        parts = {"adam": slowdown * adam_s,
+                 "engine": slowdown * (per_step_s + per_param_s * int(op.tags.get("engine_params", "0")))}
+        return {**parts, **_engine_microbatches(op, per_step_s, per_param_s, slowdown)}
     units = KERNELS_PER_PHASE.get(op.phase, 1)
     return {"operators": slowdown * cost.compute_scale * profile_s, "issue": slowdown * units * cost.per_unit_s,
             "traffic": slowdown * op.bytes_moved * cost.per_byte_s}
+
+
+def _engine_microbatches(op: Op, per_step_s: float, per_param_s: float, slowdown: float) -> dict[str, float]:
+    """{"engine_microbatches": s} where the engine's forward+backward work repeats in the step's further micro-batches
+    (graph/cpu_stages.engine_further_microbatches: ZeRO-2/3); {} otherwise. The engine term was read at one micro-batch
+    per step (profile/cpu_engine_cost.py); each further one pays its forward+backward share again, 1 - f of the
+    engine's measured extra on the stage's parameters (f the reading's partition_fraction: the share done in
+    engine.step(); taken for the per-step constant as well, which the reading does not split)."""
+    further = int(op.tags.get("engine_further_microbatches", "0"))
+    if further <= 0:
+        return {}
+    share = float(op.tags.get("engine_fwd_bwd_share", "1"))
+    per_microbatch_s = share * (per_step_s + per_param_s * int(op.tags.get("engine_stage_params", "0")))
+    return {"engine_microbatches": slowdown * further * per_microbatch_s}
 
 
 TRANSPORT_OP = "gloo_transport"

@@ -1,0 +1,74 @@
+"""DeepSpeed's engine on a CPU under gradient accumulation: ZeRO-2/3 repeat the forward+backward share of the engine's
+measured work in every further micro-batch (they reduce in every backward), ZeRO-0/1 do not (they reduce at the
+boundary). Real graphs of the CPU testbed's model through graph/cpu_stages.py and predict/cpu_framework.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.graph.op import Op
+from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec, NetworkTier
+from llmperf_hook.predict.cpu_framework import FILE_NAME, CpuFrameworkCost, find_cpu_framework_cost, op_cost_parts
+
+PER_STEP_S, PER_PARAM_S, FRACTION = 3e-3, 2e-8, 0.55
+"""A ZeRO-2-like engine reading (the testbed's fp32 file, 16:18: 3.19 ms, 2.03e-8 s, 0.546)."""
+
+
+def _home(tmp_path: Path) -> Path:
+    d = tmp_path / "profiles" / "cpu-x"
+    d.mkdir(parents=True)
+    (d / "profile.json").write_text("{}")
+    engine = {"per_step_s": PER_STEP_S, "per_param_s": PER_PARAM_S, "partition_fraction": FRACTION}
+    entry = {"per_unit_s": 2e-5, "compute_scale": 1.0, "optimizer_per_tensor_s": 5e-5, "optimizer_per_param_s": 4e-9,
+             "concurrency_slowdown": {"2": 1.1}, "deepspeed_step": {z: engine for z in "0123"}}
+    (d / FILE_NAME).write_text(json.dumps({"dtypes": {"fp32": entry}}))
+    return tmp_path
+
+
+def _optimizer_op(tmp_path: Path, zero: int, accum: int) -> Op:
+    from llmperf_hook.api import build_graph, resolve_job
+
+    ds = tmp_path / f"ds{zero}{accum}.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": accum,
+                              "zero_optimization": {"stage": zero}}))
+    argv = ["deepspeed", "--num_gpus", "2", "train.py", "--deepspeed_config", str(ds), "--num-layers", "2",
+            "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "128",
+            "--max-position-embeddings", "128", "--micro-batch-size", "2", "--global-batch-size", str(4 * accum),
+            "--vocab-size", "1024", "--no-pipeline-parallel"]
+    cfg = resolve_job(argv, {})[1]
+    assert cfg.batch.num_microbatches == accum and cfg.optimizer.zero_stage == zero
+    tier = NetworkTier(2e9, 5e-5)
+    cluster = ClusterSpec("c", HardwareSpec("cpu-x", {"fp32": 3e10}, 5e9, 1 << 34), 2, tier, tier)
+    return next(op for op in build_graph(cfg, cluster).all_ops() if op.op_class == "optimizer")
+
+
+@pytest.mark.parametrize("zero, accum, further", [(2, 2, 1), (3, 4, 3), (2, 1, 0), (1, 2, 0), (0, 4, 0)])
+def test_only_zero_2_and_3_repeat_the_engine_per_micro_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             zero: int, accum: int, further: int) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(_home(tmp_path)))
+    cost = find_cpu_framework_cost("cpu-x", "fp32")
+    op = _optimizer_op(tmp_path, zero, accum)
+    parts = op_cost_parts(op, 0.0, cost)
+    if not further:  # ZeRO-0/1, or one micro-batch: the reading's one-micro-batch step as it was
+        assert "engine_further_microbatches" not in op.tags and "engine_microbatches" not in parts
+        return
+    stage_params = int(op.tags["engine_stage_params"])
+    assert stage_params > op.dims["params"]  # every gradient of the stage, not the rank's partition
+    per_microbatch_s = (1 - FRACTION) * (PER_STEP_S + PER_PARAM_S * stage_params)
+    assert parts["engine_microbatches"] == pytest.approx(further * per_microbatch_s, rel=1e-5)
+    one = op_cost_parts(_optimizer_op(tmp_path, zero, 1), 0.0, cost)
+    assert parts["engine"] == pytest.approx(one["engine"])  # the step's own share is paid once
+    with_two = op_cost_parts(op, 0.0, cost, ranks_on_machine=2)
+    assert with_two["engine_microbatches"] == pytest.approx(1.1 * parts["engine_microbatches"])  # ranks share cores
+
+
+def test_a_reading_without_a_split_repeats_the_whole_engine_term() -> None:
+    """partition_fraction absent (f = 0): the file says all of the engine's work is forward+backward's."""
+    cost = CpuFrameworkCost(2e-5, 1.0, 5e-5, 4e-9, deepspeed_step={"2": (PER_STEP_S, PER_PARAM_S)})
+    op = Op("optimizer.adam", "optimizer", "step", {"params": 500}, tags={
+        "param_tensors": "1", "deepspeed_zero": "2", "engine_params": "800", "engine_further_microbatches": "2",
+        "engine_fwd_bwd_share": "1", "engine_stage_params": "1000"})
+    assert op_cost_parts(op, 0.0, cost)["engine_microbatches"] == pytest.approx(2 * (PER_STEP_S + PER_PARAM_S * 1000))
