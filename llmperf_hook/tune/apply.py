@@ -319,6 +319,9 @@ def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, 
     if moe_whole_pipe_sends(new_cfg, p.tp, p.pp, new_cfg.deepspeed_pipeline_engine) and dsr.whole_pipe_sends(tuned):
         notes.append("ds_config pipeline.pipe_partitioned and grad_partitioned set to false: an MoE model at TP > 1 "
                      "and PP > 1 under DeepSpeed's PipelineEngine runs only so (Megatron-DeepSpeed GPTModelPipe)")
+    if framework == "hf-deepspeed" and dsr.trainer_fills_accumulation(tuned, num_mb):
+        notes.append("ds_config gradient_accumulation_steps \"auto\" added: the Trainer fills it from the rewritten "
+                     "--gradient_accumulation_steps (a file with train_batch_size alone runs at accumulation 1)")
     if framework == "hf-deepspeed":
         hf = dsr.rewrite_hf_argv(argv, base, new, num_mb)
         if hf != argv:

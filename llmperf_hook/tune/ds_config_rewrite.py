@@ -129,6 +129,19 @@ def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, 
     return out
 
 
+def trainer_fills_accumulation(tuned: dict[str, Any], num_microbatches: int) -> bool:
+    """Add "gradient_accumulation_steps": "auto" to a Hugging Face copy that states train_batch_size but no
+    accumulation, for a candidate accumulating (> 1): the Trainer fills train_batch_size from its flags, then
+    accelerate's DeepSpeedPlugin writes gradient_accumulation_steps 1 into the config, and deepspeed.initialize's
+    _batch_assertion fails (frameworks/deepspeed_job.check_trainer_accumulation, explain's refusal, whose fix this is);
+    "auto" is filled from the rewritten --gradient_accumulation_steps. An Accelerator script's plugin fills an absent key
+    and "auto" with the same value. True when it changed the copy."""
+    if num_microbatches <= 1 or "gradient_accumulation_steps" in tuned or tuned.get("train_batch_size") is None:
+        return False
+    tuned["gradient_accumulation_steps"] = "auto"
+    return True
+
+
 def whole_pipe_sends(tuned: dict[str, Any]) -> bool:
     """Set pipeline.pipe_partitioned and grad_partitioned false in the copy, what an MoE candidate at TP > 1 and
     PP > 1 under DeepSpeed's PipelineEngine needs (candidate.moe_whole_pipe_sends): Megatron-DeepSpeed's GPTModelPipe
