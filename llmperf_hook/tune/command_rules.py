@@ -34,6 +34,8 @@ framework refuses that candidate's command):
   splits). With an eval flag (core_v0.18.0 on) the rule holds at every count.
 - --defer-embedding-wgrad-compute: Megatron's ModelParallelConfig refuses it without pipeline parallelism
   (frameworks/megatron_rules._check_deferred_embedding_wgrad).
+- --hierarchical-context-parallel-sizes and --tensor-parallel-num-weight-shards: the sizes validate_args holds the
+  layout to (_kept_size_masks).
 - --cp-comm-type a2a: Transformer Engine's all-to-all attention needs each TP rank's query and key/value heads to
   divide by the all-to-all group (frameworks/megatron_rules._check_a2a_heads).
 """
@@ -62,6 +64,8 @@ SCHEDULE_RULE = "a --step-batch-size-schedule batch % (micro_batch*dp) != 0"
 DECREASE_FLAG = "--decrease-batch-size-if-needed"
 DEFERRED_WGRAD_RULE = "--defer-embedding-wgrad-compute needs pp > 1"
 A2A_HEADS_RULE = "all-to-all context parallel: heads or key/value heads per tp rank % a2a size != 0"
+HIERARCHICAL_CP_RULE = "cp != the product of --hierarchical-context-parallel-sizes"
+WEIGHT_SHARDS_RULE = "--tensor-parallel-num-weight-shards < tp, not a multiple of tp, or its shards per tp rank % dp != 0"
 
 
 def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_size: int | None = None) -> MaskFn:
@@ -72,7 +76,8 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_si
         return lambda cols: {}
     fns = [_rampup_masks(cfg, script_args, world), _a2a_heads_masks(cfg, script_args)]
     if cfg.framework == "megatron":  # Megatron-DeepSpeed's older arguments.py has no eval batch of its own
-        fns += [_batch_flag_masks(cfg, script_args, world), _schedule_masks(cfg, script_args, world)]
+        fns += [_batch_flag_masks(cfg, script_args, world), _schedule_masks(cfg, script_args, world),
+                _kept_size_masks(script_args, world)]
         if parse_flags(script_args, SCRIPT_FLAGS).get("defer_embedding_wgrad_compute"):
             fns.append(lambda cols: {DEFERRED_WGRAD_RULE: cols["pp"] == 1})
     return all_rules(*fns)
@@ -156,6 +161,30 @@ def _a2a_heads_masks(cfg: TrainingConfig, script_args: Sequence[str]) -> MaskFn:
         size = cols["cp"] if "a2a" in types else np.full(cols["cp"].shape, int(levels[0]))
         per_rank = (heads // cols["tp"]) % size | np.maximum(groups // cols["tp"], 1) % size
         return {A2A_HEADS_RULE: (cols["cp"] > 1) & (size > 1) & (per_rank != 0)}
+
+    return masks
+
+
+def _kept_size_masks(script_args: Sequence[str], world: int) -> MaskFn:
+    """Sizes of the command that --apply keeps and explain holds to the layout (frameworks/megatron_validate_args):
+    validate_args asserts context_parallel_size == prod(--hierarchical-context-parallel-sizes) (_check_hierarchical_cp);
+    core/model_parallel_config.py resolve_tensor_parallel_weight_shards raises for --tensor-parallel-num-weight-shards
+    below TP or not a multiple of it, and validate_args asserts the world divides by TP x PP x CP x (shards / TP)
+    (_weight_shard_warnings; shards == TP is plain TP)."""
+    levels = list_values(script_args, "--hierarchical-context-parallel-sizes") or []
+    product = int(np.prod([int(v) for v in levels])) if levels and all(v.isdigit() for v in levels) else None
+    shards = _last_int(script_args, "--tensor-parallel-num-weight-shards")
+
+    def masks(cols: Mapping[str, np.ndarray]) -> Masks:
+        out: Masks = {}
+        if product is not None:
+            out[HIERARCHICAL_CP_RULE] = cols["cp"] != product
+        if shards is not None:
+            tp = cols["tp"]
+            per_rank = np.maximum(shards // tp, 1)
+            out[WEIGHT_SHARDS_RULE] = (shards != tp) & (
+                (shards < tp) | (shards % tp != 0) | (_data_parallel(cols, world) % per_rank != 0))
+        return out
 
     return masks
 

@@ -93,3 +93,22 @@ def test_the_applied_command_is_accepted_by_explain(tmp_path: Path, capsys) -> N
     assert data["search"]["invalid_by_rule"].get(RAMPUP_RULE, 0) > 0
     code, _, err = run_cli(["explain", "--", *data["applied"]["argv"]], capsys)
     assert code == 0, err
+
+
+def test_kept_sizes_hold_the_layout_as_explain_does() -> None:
+    """--hierarchical-context-parallel-sizes 2 2 (validate_args: CP == their product) and
+    --tensor-parallel-num-weight-shards 4 (resolve_tensor_parallel_weight_shards: >= TP and a multiple of it; the world
+    divides by TP x PP x CP x shards / TP): explain refuses the other layouts (megatron_validate_args), and tune had no
+    rule for either, so --apply could write a command explain refuses (H212)."""
+    from llmperf_hook.tune.command_rules import HIERARCHICAL_CP_RULE, WEIGHT_SHARDS_RULE
+
+    from .helpers import gpt_config
+
+    cfg = gpt_config(layers=8, hidden=1024, heads=16, world=16, tp=1, pp=1, gbs=64, recompute="none")
+    cols = {"tp": np.array([1, 2, 4, 8, 4]), "pp": np.ones(5, dtype=int), "cp": np.array([4, 4, 2, 1, 1]),
+            "mbs": np.ones(5, dtype=int), "vpp": np.ones(5, dtype=int), "sp": np.zeros(5, dtype=int)}
+    masks = command_rule_masks(cfg, ["--hierarchical-context-parallel-sizes", "2", "2",
+                                     "--tensor-parallel-num-weight-shards", "4"])(cols)
+    assert masks[HIERARCHICAL_CP_RULE].tolist() == [False, False, True, True, True]
+    # tp 1: 4 shards per rank, dp 4 splits; tp 2: 2 per rank, dp 2; tp 4: plain TP; tp 8: fewer shards than TP
+    assert masks[WEIGHT_SHARDS_RULE].tolist() == [False, False, False, True, False]
