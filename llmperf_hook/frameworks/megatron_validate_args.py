@@ -17,6 +17,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_rampup import rampup_divisor
 from llmperf_hook.frameworks.megatron_rules import list_values
+from llmperf_hook.frameworks.megatron_unpriced_layers import check_distillation, unpriced_layer_warnings
 from llmperf_hook.frameworks.training_config import ParallelLayout
 from llmperf_hook.launch.argv_words import unexpanded_hint
 
@@ -223,6 +224,30 @@ def _check_precision_aware_optimizer(flags: FlagValues) -> None:
         raise ConfigError("--use-precision-aware-optimizer without --use-distributed-optimizer: Megatron raises "
                           "'--use-precision-aware-optimizer only supported with distributed optimizer' (OptimizerConfig, "
                           "get_megatron_optimizer). Add --use-distributed-optimizer or drop the flag.")
+
+
+def _check_muon(flags: FlagValues) -> list[str]:
+    """--optimizer muon / dist_muon (core_v0.16.0 on, 5548cdc57b 2026-01): every release asserts no Torch-FSDP2 and no
+    Megatron FSDP ('Muon optimizer does not support ...'; core_v0.18.0 on: 'Emerging optimizer does not support ...')
+    and --ckpt-format torch or torch_dist. core_v0.16.x / 0.17.x also assert no --use-distributed-optimizer and no
+    overlapped gradient reduce / parameter gather (0.17: for muon only); core_v0.18.0 on turn the distributed
+    optimizer into the layer-wise one (5b512b45d1, 2026-04): a warning."""
+    name = str(flags.get("optimizer", "adam"))
+    if "muon" not in name:
+        return []
+    fsdp = [f for f, d in (("--use-torch-fsdp2", "use_torch_fsdp2"), ("--use-megatron-fsdp", "use_megatron_fsdp"))
+            if flags.get(d)]
+    if fsdp:  # (its --ckpt-format torch / torch_dist assert: the other formats need an FSDP, refused elsewhere)
+        raise ConfigError(f"--optimizer {name} with {' and '.join(fsdp)}: Megatron's validate_args asserts 'Muon "
+                          "optimizer does not support Torch-FSDP2 / Megatron-FSDP for now'. Drop "
+                          f"{' and '.join(fsdp)} or use --optimizer adam.")
+    given = [f for f, d in (("--use-distributed-optimizer", "use_distributed_optimizer"), ("--overlap-grad-reduce",
+             "overlap_grad_reduce"), ("--overlap-param-gather", "overlap_param_gather")) if flags.get(d)]
+    if not given:
+        return []
+    return [f"--optimizer {name} with {', '.join(given)}: Megatron-LM core_v0.16 / 0.17 stop at start-up ('Muon "
+            "optimizer does not support ...'); core_v0.18.0 and later run it (the distributed optimizer becomes the "
+            "layer-wise one). Priced as Adam with the distributed optimizer"]
 
 
 def _check_hierarchical_cp(script_args: Sequence[str], parallel: ParallelLayout) -> None:
@@ -474,6 +499,9 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
     _check_low_precision(flags, script_args)
     warnings += _check_feature_pairs(flags)
     _check_precision_aware_optimizer(flags)
+    warnings += _check_muon(flags)
+    check_distillation(flags, script_args, parallel)
+    warnings += unpriced_layer_warnings(script_args)
     _check_hierarchical_cp(script_args, parallel)
     warnings += _check_distopt_instances(flags, parallel)
     _check_rampup(flags, script_args, parallel.dp)
