@@ -211,9 +211,11 @@ def _hf_arg(flags: FlagValues, dest: str) -> Any:
     return flags.get(dest, _HF_DEFAULTS.get(dest, False))
 
 
-def hf_mismatches(ds: DsSettings, flags: FlagValues) -> None:
+def hf_mismatches(ds: DsSettings, flags: FlagValues, world: int) -> None:
     """transformers HfTrainerDeepSpeedConfig.fill_match: an explicit ds value must equal the Trainer's argument
-    (its default when not given), else the Trainer refuses to start."""
+    (its default when not given), else the Trainer refuses to start; train_batch_size is held to `train_batch_size
+    (calculated)` = args.world_size x per_device_train_batch_size x gradient_accumulation_steps (trainer_config_process),
+    which the Trainer checks before DeepSpeed's own _batch_assertion could."""
     pairs = (("train_micro_batch_size_per_gpu", ds.micro_batch_size, "per_device_train_batch_size"),
              ("gradient_accumulation_steps", ds.gradient_accumulation_steps, "gradient_accumulation_steps"),
              ("gradient_clipping", ds.gradient_clipping if "gradient_clipping" in ds.sources else None, "max_grad_norm"),
@@ -222,9 +224,22 @@ def hf_mismatches(ds: DsSettings, flags: FlagValues) -> None:
     bad = [f"ds {key}={ds_value}{_not_in_file(ds, key)} vs hf --{dest} {_hf_arg(flags, dest)}"
            f"{'' if flags.has(dest) else ' (Trainer default)'}"
            for key, ds_value, dest in pairs if ds_value not in (None, AUTO) and ds_value != _hf_arg(flags, dest)]
+    bad += _train_batch_mismatch(ds, flags, world)
     if bad:
         raise ConfigError(f"{ds.path} mismatches the Hugging Face Trainer's arguments ({'; '.join(bad)}); the Trainer refuses "
                           "mismatching DeepSpeed values. Set those keys to \"auto\" or make them equal.")
+
+
+def _train_batch_mismatch(ds: DsSettings, flags: FlagValues, world: int) -> list[str]:
+    """fill_match("train_batch_size", world x micro x accumulation, "train_batch_size (calculated)"), in the user's
+    flags."""
+    micro, gas = _hf_arg(flags, "per_device_train_batch_size"), _hf_arg(flags, "gradient_accumulation_steps")
+    if ds.train_batch_size in (None, AUTO) or ds.train_batch_size == world * micro * gas:
+        return []
+    named = " x ".join(f"{flags.seen_flags.get(dest, '--' + dest)} {value}{'' if flags.has(dest) else ' (default)'}"
+                       for dest, value in (("per_device_train_batch_size", micro), ("gradient_accumulation_steps", gas)))
+    return [f"ds train_batch_size={ds.train_batch_size} vs hf train_batch_size (calculated) {world * micro * gas} = "
+            f"world size {world} x {named}"]
 
 
 def _in_file(ds: DsSettings, key: str) -> bool:
@@ -348,7 +363,7 @@ def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[s
                                "propagate_args_to_deepspeed)",
                                "Add \"train_micro_batch_size_per_gpu\": \"auto\" and \"train_batch_size\": \"auto\" for "
                                "it to fill them from --per_device_train_batch_size and --gradient_accumulation_steps.")
-        hf_mismatches(ds, flags)
+        hf_mismatches(ds, flags, world)
         check_trainer_accumulation(ds, flags, world)
     micro = _hf_arg(flags, "per_device_train_batch_size")
     gas, src["num_microbatches"] = _trainer_accumulation(ds, flags) if trainer else _accelerator_accumulation(ds, flags)

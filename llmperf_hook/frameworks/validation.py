@@ -202,6 +202,11 @@ def _check_experts(cfg: TrainingConfig) -> None:
     if p.ep > 1 and experts <= 0:
         raise ConfigError(f"expert-model-parallel-size {_at(cfg, 'ep', p.ep)} needs --num-experts (Megatron: "
                           "num_experts must be set to use expert model parallelism).")
+    if experts > 0 and experts % p.ep != 0 and cfg.framework == "megatron-deepspeed":
+        raise ConfigError(
+            f"num-experts {_at(cfg, 'num_experts', experts)} is not a multiple of the expert-parallel size "
+            f"{_at(cfg, 'ep', p.ep)} (DeepSpeed's MoE layer asserts 'Number of experts should be divisible by expert "
+            f"parallel size', deepspeed/moe/layer.py). Use an expert-parallel size among {_divisors(experts)}.")
     if experts > 0 and experts % p.ep != 0:
         raise ConfigError(
             f"num-experts {_at(cfg, 'num_experts', experts)} is not a multiple of expert-model-parallel-size "
@@ -215,6 +220,8 @@ def _check_experts(cfg: TrainingConfig) -> None:
         if cfg.model.moe_dispatch.overlap_ep_comm:
             _check_ep_overlap(cfg)
         _check_flex_group(cfg)
+    if cfg.framework == "megatron-deepspeed":
+        return _check_deepspeed_expert_groups(cfg)
     expert_ranks = p.etp * p.ep * p.pp
     if cfg.world_size % expert_ranks != 0:
         raise ConfigError(
@@ -222,6 +229,22 @@ def _check_experts(cfg: TrainingConfig) -> None:
             f"{_at(cfg, 'etp', p.etp)} x expert-model-parallel-size {_at(cfg, 'ep', p.ep)} x pipeline-model-parallel-size "
             f"{p.pp} = {expert_ranks} (Megatron parallel_state: world % (ETP*EP*PP) == 0). Change EP or ETP."
         )
+
+
+def _check_deepspeed_expert_groups(cfg: TrainingConfig) -> None:
+    """Megatron-DeepSpeed's MoE layers are DeepSpeed's (deepspeed/moe/layer.py MoE._create_process_groups), whose
+    expert groups split each pipeline stage's ranks: deepspeed/utils/groups.py _create_expert_and_data_parallel
+    `_ensure_divisibility(world_size // pp_size, ep_size)` ('N is not divisible by EP'). Its expert-tensor-parallel
+    path (--enable-expert-tensor-parallelism: data-parallel size % EP) is not read."""
+    p = cfg.parallel
+    per_stage = cfg.world_size // p.pp
+    if per_stage % p.ep:
+        raise ConfigError(
+            f"world size {_at(cfg, 'world_size', cfg.world_size)} / pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} "
+            f"= {per_stage} ranks per stage is not divisible by the expert-parallel size {_at(cfg, 'ep', p.ep)}: "
+            f"DeepSpeed's MoE builds its expert groups within a stage and asserts '{per_stage} is not divisible by "
+            f"{p.ep}' (deepspeed/utils/groups.py _create_expert_and_data_parallel). Use an expert-parallel size among "
+            f"{_divisors(per_stage)}.")
 
 
 def virtual_stages_given(cfg: TrainingConfig) -> bool:

@@ -55,7 +55,7 @@ def test_the_trainer_file_with_a_train_batch_and_no_accumulation_is_refused(
 
 
 def test_a_train_batch_the_trainer_itself_refuses_keeps_that_refusal(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="train_batch_size 64 != train_micro_batch_size_per_gpu 4"):
+    with pytest.raises(ConfigError, match=r"train_batch_size=64 vs hf train_batch_size \(calculated\) 128"):
         script(_trainer(tmp_path, {**NO_GAS, "train_batch_size": 64}), model="llama2-7b")
 
 
