@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/bench_operator_accuracy.py [--data ../shared/data/op-samples] [--train-fraction 0.25]
         [--design random|maximin|mixed|config|adaptive|adaptive-maximin] [--inner] [--seed 0] [--random-only]
-        [--groups gemm attention ...] [--hardware a100-sxm4-80gb ...]
+        [--groups gemm attention ...] [--hardware a100-sxm4-80gb ...] [--tp-column] [--no-rerun]
 
 For every GPU, operator file and direction: MAPE on (a) a random 20 % test split and (b) an extrapolation split
 (test = the samples at the largest hidden size or sequence length; train on the others), each trained on at
@@ -231,11 +231,13 @@ def config_keys(sets: list[SampleSet]) -> np.ndarray:
     return np.column_stack([_raw(sets, c) for c in cols]) if cols else np.zeros((rows, 0))
 
 
-def evaluate(s: Samples, train: np.ndarray, test: np.ndarray, rc) -> tuple[np.ndarray, np.ndarray | None]:
+def evaluate(s: Samples, train: np.ndarray, test: np.ndarray, rc,
+             extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """The shipped recipe (floor chosen inside the training rows) trained on `train`: APE on `test`, and APE
     on `test` with the optional dims withheld (what an op that carries only the required dims gets; None for
-    classes without optional dims)."""
+    classes without optional dims). `extra`: a feature column appended to the shipped ones (`--tp-column`)."""
     x, y, names, roof = training_xy(s, rc)
+    x = x if extra is None else np.column_stack([x, extra])
     t, cols, terms = roof * np.exp(y), unknown_columns(names), training_terms(s)
     reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=cols, terms=_rows(terms, train))
     priced = dict(terms=_rows(terms, test), bwd=s.phase == "bwd", rc=rc)
@@ -264,12 +266,14 @@ def _per_source(ape: np.ndarray, src: np.ndarray, sets: list[SampleSet]) -> dict
 
 
 def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: dict, rng,
-                design: str = "random", extrap: bool = True, inner: bool = False) -> list[tuple]:
+                design: str = "random", extrap: bool = True, inner: bool = False,
+                tp_column: bool = False) -> list[tuple]:
     """Rows (file, phase, random-split MAPE, extrapolation MAPE, reference, training share, note, repeat,
     inner-CV MAPE) of one fit group. `extrap=False` draws the extrapolation splits (same random draws after
     them) without fitting them; their MAPE is then None. `inner=True` also fits each random draw's training
     rows without INNER_SHARE of them and measures those (test rows unused): the figure a change to the recipe
-    is judged on; None otherwise."""
+    is judged on; None otherwise. `tp_column`: log2 of the run's TP degree (the files' mp column) appended as a
+    feature (tried, not shipped: module docstring); groups without an mp column are fitted as shipped."""
     s = pool(sets)
     keep = plausible_mask(s, hw.roofline)
     source = np.concatenate([[x.source] * len(x.time_s) for x in sets])
@@ -286,6 +290,7 @@ def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: di
     configs = config_keys(sets)[keep] if design == "config" else None
     shapes = np.column_stack([s.dims[k] for k in sorted(s.dims)]) if design == "distinct" else None
     xy = training_xy(s, hw.roofline)[:2] if design.startswith("adaptive") else None
+    extra = np.log2(_raw(sets, "mp"))[keep] if tp_column and all("mp" in x.raw for x in sets) else None
     per_seed: dict[str, list[dict[str, float]]] = {"random": [], "extrap": [], "bare": [], "inner": []}
     for draw in range(SEEDS):
         rand_test = np.zeros(n, dtype=bool)
@@ -299,9 +304,9 @@ def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: di
                 continue
             if tag == "random" and inner:
                 fit_rows, val = inner_split(train, draw)
-                per_seed["inner"].append(_per_source(evaluate(s, fit_rows, val, hw.roofline)[0],
+                per_seed["inner"].append(_per_source(evaluate(s, fit_rows, val, hw.roofline, extra)[0],
                                                      sets_kept_source[val], sets))
-            (ape, bare), src = evaluate(s, train, np.flatnonzero(test), hw.roofline), sets_kept_source[test]
+            (ape, bare), src = evaluate(s, train, np.flatnonzero(test), hw.roofline, extra), sets_kept_source[test]
             per_seed[tag].append({x.source: float(ape[src == x.source].mean()) for x in sets if (src == x.source).any()})
             if tag == "random" and bare is not None:
                 per_seed["bare"].append({x.source: float(bare[src == x.source].mean()) for x in sets
@@ -338,6 +343,10 @@ def main() -> None:
     ap.add_argument("--inner", action="store_true",
                     help="also print the inner-CV MAPE (INNER_SHARE of each training split held out, test rows "
                          "unused): judge changes to the fitting recipe on it, never on the test columns")
+    ap.add_argument("--tp-column", action="store_true",
+                    help="append log2 of the sampled run's TP degree (mp) as a feature (tried, not shipped)")
+    ap.add_argument("--no-rerun", action="store_true",
+                    help="no rerun of the misses at the reference's share (both splits are still printed)")
     ap.add_argument("--groups", nargs="+", choices=tuple(FIT_GROUPS), default=tuple(FIT_GROUPS),
                     help="only these fit groups (default: all)")
     ap.add_argument("--hardware", nargs="+", choices=tuple(SHIPPED), default=tuple(SHIPPED),
@@ -354,7 +363,8 @@ def main() -> None:
         for group in (g for g in FIT_GROUPS if g in args.groups):
             for phase, sets in sorted(load_group(args.data, hw, group).items()):
                 for row in bench_group(hw, sets, args.train_fraction, ref, np.random.default_rng(args.seed),
-                                       args.design, extrap=not args.random_only, inner=args.inner):
+                                       args.design, extrap=not args.random_only, inner=args.inner,
+                                       tp_column=args.tp_column):
                     source, ph, rm, em, rf, tf, note, rep, im = row
                     better = rm is not None and rf is not None and rm < rf
                     verdict = ("beats ref" if better else "worse than ref" if rm is not None and rf is not None
@@ -369,7 +379,7 @@ def main() -> None:
         inner = [r[8] for r in summary if r[8] is not None and r[6] is not None]
         print(f"  inner CV: mean MAPE {np.mean(inner) * 100:.2f}% over the {len(inner)} (file, direction) rows with a "
               f"reference")
-    if not args.random_only:
+    if not (args.random_only or args.no_rerun):
         _print_at_reference_share(args.data, summary)
     print(f"\n(benchmark wall time {time.perf_counter() - t0:.0f} s)")
 

@@ -18,7 +18,7 @@ def _run(monkeypatch, argv: list[str]) -> list[tuple[str, str, int]]:
     """(GPU, fit group, first draw of its generator) of every bench_group call main() makes; no file is read."""
     calls = []
 
-    def fake_bench_group(hw, sets, frac, ref, rng, design, extrap, inner):
+    def fake_bench_group(hw, sets, frac, ref, rng, design, extrap, inner, **options):
         calls.append((hw.name, sets[0], int(rng.integers(1 << 30))))
         return []
 
