@@ -9,7 +9,8 @@ layers'); all three reach argparse as generated TransformerConfig options (argum
 is defined only with nvidia-modelopt installed (pretrain_gpt.py `extra_args_provider=add_modelopt_args if
 has_nvidia_modelopt`), and turns ModelOpt on (training.py get_model: 'For distillation ckpts without ModelOpt
 state'), whose builder loads the teacher and asserts (post_training/model_builder.py modelopt_gpt_mamba_builder;
-model_provider.py from core_v0.13.0): no --manual-gc, no --tp-comm-overlap, no interleaved schedule at PP > 1.
+model_provider.py from core_v0.13.0): no --manual-gc, no --tp-comm-overlap, no interleaved schedule at PP > 1. And two
+flags that change where activations or ranks live (_placement_warnings).
 Megatron-LM's CI runs such jobs: tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp1_gdn and
 gpt3_mcore_te_tp2_pp1_modelopt_distill_resume.
 """
@@ -44,9 +45,9 @@ def _switched(script_args: Sequence[str], flag: str) -> bool:
     return on
 
 
-def unpriced_layer_warnings(script_args: Sequence[str]) -> list[str]:
+def unpriced_layer_warnings(script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
     """One line per given flag of this module's kind."""
-    warnings = []
+    warnings = _placement_warnings(script_args, parallel)
     variant = _last(script_args, "--experimental-attention-variant")
     if variant:
         what = _VARIANTS.get(variant, "an attention variant")
@@ -57,6 +58,21 @@ def unpriced_layer_warnings(script_args: Sequence[str]) -> list[str]:
     if _last(script_args, "--export-kd-teacher-load"):
         warnings.append("--export-kd-teacher-load: knowledge distillation not modelled: the teacher model's forward "
                         "each step, its weights and the distillation loss are not priced (only the student is)")
+    return warnings
+
+
+def _placement_warnings(script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
+    """--fine-grained-activation-offloading: the inputs of --offload-modules go to host memory (TransformerConfig
+    fine_grained_activation_offloading / offload_modules); --use-tp-pp-dp-mapping: ranks in 'tp-cp-ep-pp-dp' order
+    (training/initialize.py initialize_model_parallel), which differs from the default only with PP and DP > 1."""
+    warnings = []
+    if _switched(script_args, "--fine-grained-activation-offloading"):
+        modules = " ".join(list_values(script_args, "--offload-modules") or []) or "none given"
+        warnings.append(f"--fine-grained-activation-offloading (--offload-modules {modules}): the offloaded inputs "
+                        "are priced as kept in GPU memory and their host copies are not timed")
+    if _switched(script_args, "--use-tp-pp-dp-mapping") and parallel.pp > 1 and parallel.dp > 1:
+        warnings.append("--use-tp-pp-dp-mapping: ranks in tp-cp-ep-pp-dp order; collectives placed in the default "
+                        "tp-cp-ep-dp-pp order (which of the DP and pipeline groups cross nodes differs)")
     return warnings
 
 

@@ -110,3 +110,17 @@ def test_muon_validate_args(extra: list[str], code_wanted: int, capsys) -> None:
         assert "Muon optimizer" in err and "Traceback" not in err
     else:
         assert any("core_v0.16 / 0.17 stop at start-up" in w for w in got["warnings"])
+
+
+@pytest.mark.parametrize(("extra", "warned"), [
+    (["--fine-grained-activation-offloading", "--offload-modules", "expert_fc1", "moe_act"],
+     "--fine-grained-activation-offloading (--offload-modules expert_fc1 moe_act): the offloaded inputs"),
+    (["--expert-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-tp-pp-dp-mapping"],
+     "--use-tp-pp-dp-mapping: ranks in tp-cp-ep-pp-dp order")])
+def test_placement_flags_of_ci_cases_are_warned(extra: list[str], warned: str, capsys) -> None:
+    """gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading (--fine-grained-activation-offloading
+    --offload-modules ...) and the *_dp_last cases (--use-tp-pp-dp-mapping: initialize.py order 'tp-cp-ep-pp-dp')
+    were accepted in silence; llmperf prices neither."""
+    code, got, err = _explain(_launch("muon_excerpt.yaml", *extra), capsys)
+    assert code == 0, err
+    assert any(w.startswith(warned) for w in got["warnings"]), got["warnings"]
