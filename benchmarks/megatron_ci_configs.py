@@ -32,6 +32,7 @@ PLACEHOLDERS: dict[str, str] = {
     "DATA_PATH": "/mnt/artifacts", "DATA_CACHE_PATH": "/workspace/data/cache", "OUTPUT_PATH": "/tmp/ci-output",
     "TENSORBOARD_PATH": "/tmp/ci-output/tensorboard", "CHECKPOINT_SAVE_PATH": "/tmp/ci-output/checkpoints",
     "CHECKPOINT_LOAD_PATH": "/mnt/artifacts/", "TRAINING_SCRIPT_PATH": "pretrain_gpt.py",
+    "REPEAT": "1", "RUN_NUMBER": "1",  # run_ci_test.sh's loop: `export REPEAT=$i`, `export RUN_NUMBER=1`
 }
 
 

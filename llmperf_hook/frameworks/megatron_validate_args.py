@@ -88,7 +88,18 @@ def _check_lr_and_save(script_args: Sequence[str]) -> list[str]:
     if interval <= 0:  # 78af90cb77 (2025-07) asserts > 0; before, `args.save_interval and ...` never saved
         return [f"--save-interval {interval:g}: Megatron-LM since 2025-07 stops at start-up (validate_args asserts "
                 "save_interval > 0); older releases never save. Give a positive interval"]
+    _check_retain_interval(_number(script_args, "--save-retain-interval"), interval)
     return []
+
+
+def _check_retain_interval(retain: float | None, interval: float) -> None:
+    """--save-retain-interval came with validate_args' `assert args.save_retain_interval > 0` and `% args.save_interval
+    == 0` (78af90cb77, 2025-07; core_v0.16.1 arguments.py :840-842). Megatron-LM CI's
+    mixtral/deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm config (2500 with --save-interval 5000) fails it."""
+    if retain is not None and (retain <= 0 or retain % interval):
+        raise ConfigError(f"--save-retain-interval {retain:g} with --save-interval {interval:g} (argv): Megatron's "
+                          "validate_args asserts save_retain_interval > 0 and save_retain_interval % save_interval == 0. "
+                          "Make it a positive multiple of --save-interval.")
 
 
 def _check_weight_decay(script_args: Sequence[str]) -> None:

@@ -124,3 +124,15 @@ def test_placement_flags_of_ci_cases_are_warned(extra: list[str], warned: str, c
     code, got, err = _explain(_launch("muon_excerpt.yaml", *extra), capsys)
     assert code == 0, err
     assert any(w.startswith(warned) for w in got["warnings"]), got["warnings"]
+
+
+@pytest.mark.parametrize(("retain", "code_wanted"), [("2500", 2), ("0", 2), ("10000", 0)])
+def test_save_retain_interval(retain: str, code_wanted: int, capsys) -> None:
+    """mixtral/deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm has --save-interval 5000 --save-retain-interval
+    2500, which core_v0.16.1's validate_args refuses (:840-842, with the flag since 78af90cb77) and the oracle too;
+    llmperf accepted it. Its sibling without _sm (10000) runs."""
+    extra = ["--save", "/tmp/ckpt", "--save-interval", "5000", "--save-retain-interval", retain]
+    code, _, err = _explain(_launch("muon_excerpt.yaml", *extra), capsys)
+    assert code == code_wanted, err
+    if code == 2:
+        assert "save_retain_interval % save_interval == 0" in err
