@@ -39,6 +39,10 @@ it the next launch at the same rendezvous address took the id, and `llmperf refi
 then replaced that job's run in the store (INSERT OR REPLACE keyed on refine_runs.job_id), or the reverse. A claim
 of another host's node-local run directory (not readable here) is never removed, nor one whose job has a session
 still running.
+
+"This host" is the host name on this booted kernel (profile/machine_identity.host_identity; records and claims keep
+both, older ones the name alone): another machine of the same name (a rescheduled pod, `docker --hostname`) is
+another host, whose pids are not looked up here and whose node-local run directory is not this one's.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
+
+from llmperf_hook.profile.machine_identity import boot_id, host_identity, same_host
 
 SCHEDULER_IDS = (("SLURM_JOB_ID", "slurm", "SLURM_STEP_ID"), ("PBS_JOBID", "pbs", ""),
                  ("LSB_JOBID", "lsf", "LSB_JOBINDEX"), ("FLUX_JOB_ID", "flux", ""))
@@ -216,7 +222,7 @@ def _state(record: Mapping[str, Any], now_s: float) -> str:
     if "ended_unix_s" in record:
         return "ended"
     pid = record.get("pid")
-    if record.get("hostname") != socket.gethostname() or not isinstance(pid, int):
+    if not same_host(_record_host(record)) or not isinstance(pid, int):
         touched = record.get("touched_unix_s")
         return "stale" if isinstance(touched, float) and now_s - touched > STALE_AFTER_S else "running"
     try:
@@ -227,6 +233,13 @@ def _state(record: Mapping[str, Any], now_s: float) -> str:
         pass
     started = record.get("pid_start_ticks")
     return "running" if started is None or process_start_ticks(pid) in (None, started) else "dead"
+
+
+def _record_host(record: Mapping[str, Any]) -> str:
+    """The host identity of a node record (machine_identity.host_identity; its bare host name when it kept no boot
+    id)."""
+    boot = record.get("boot_id")
+    return f"{record.get('hostname')}/{boot}" if boot else str(record.get("hostname"))
 
 
 def _running(record: Mapping[str, Any], now_s: float | None = None) -> bool:
@@ -314,7 +327,7 @@ def _claimed_elsewhere(claim: Path, run_dir: Path) -> bool:
     """The claim names the host too: `srun -N2 llmperf run --run-dir /tmp/x` writes two node-local /tmp/x, where
     no node sees the other's job folder; one id for both made the second refine replace the first's run."""
     claim.parent.mkdir(parents=True, exist_ok=True)
-    mine = f"{socket.gethostname()}:{run_dir}"
+    mine = f"{host_identity()}:{run_dir}"
     try:
         fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
@@ -334,7 +347,7 @@ def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Seq
     jobs_dir = run_dir / "jobs"
     command, part = {"argv": same_launch_command(argv), **settings}, launch_part(env, argv)
     if part is None and shared is not None and not shared.rendezvous:
-        part = f"host={socket.gethostname()}"
+        part = f"host={host_identity()}"
     with _jobs_lock(jobs_dir):
         job_id, joined = own_id, False
         if shared is not None:
@@ -352,7 +365,7 @@ def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Seq
         if not joined:
             prepare(job_id)
         node_file.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(node_file, {"hostname": socket.gethostname(), "pid": os.getpid(),
+        _write_json(node_file, {"hostname": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
                                 "pid_start_ticks": process_start_ticks(os.getpid()), "part": part,
                                 "command": command, "started_unix_s": time.time()})
     return NodeSession(job_id, node_file, joined)
@@ -377,7 +390,7 @@ def end_node(node: NodeSession, exit_code: int) -> list[str]:
         try:
             record = json.loads(node.node_file.read_text())
         except (OSError, ValueError):
-            record = {"hostname": socket.gethostname(), "pid": os.getpid()}
+            record = {"hostname": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid()}
         _write_json(node.node_file, {**record, "exit_code": exit_code, "ended_unix_s": time.time()})
         now_s = _filesystem_now(job_dir.parent)
         return sorted({str(r.get("hostname")) for r in _node_records(job_dir) if _running(r, now_s)})
@@ -471,8 +484,8 @@ def _claim_finished(job_id: str, host: str, run_dir: Path, age_s: float) -> bool
     id just before it makes the folder)."""
     job_dir = run_dir / "jobs" / job_id
     records = _node_records(job_dir)
-    here = host == socket.gethostname()
-    if records and (here or any(r.get("hostname") == host for r in records)):
+    here = same_host(host)
+    if records and (here or any(same_host(_record_host(r), host) for r in records)):
         now_s = _filesystem_now(job_dir.parent)
         return not any(_running(r, now_s) for r in records)
     return here and not job_dir.exists() and age_s > STALE_AFTER_S

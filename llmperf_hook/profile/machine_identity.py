@@ -21,3 +21,29 @@ def machine_id() -> str:
         return BOOT_ID_FILE.read_text().strip() or socket.gethostname()
     except OSError:
         return socket.gethostname()
+
+
+def boot_id() -> str:
+    """The kernel's boot id, "" where there is none (no /proc)."""
+    try:
+        return BOOT_ID_FILE.read_text().strip()
+    except OSError:
+        return ""
+
+
+def host_identity() -> str:
+    """This host as run's records name it: `hostname/boot id` (the host name alone without a boot id). A host name is
+    not enough: another machine can carry the same one (a pod rescheduled to another node with a fixed name, `docker
+    run --hostname`), and its pids, claims and node-local folders are not this host's."""
+    boot = boot_id()
+    return f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
+
+
+def same_host(identity: str, other: str | None = None) -> bool:
+    """Two host identities (host_identity's text; None: this host's) are one host: the same host name on the same
+    booted kernel. One written before boot ids were kept (a bare name) is matched by the name alone, as then. The
+    same name with another boot id is another machine, or this one before a reboot: neither's processes run here."""
+    name, _, boot = identity.partition("/")
+    other_name, _, other_boot = (host_identity() if other is None else other).partition("/")
+    return name == other_name and (not boot or not other_boot or boot == other_boot)
+

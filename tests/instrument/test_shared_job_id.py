@@ -12,6 +12,7 @@ from pathlib import Path
 
 from llmperf_hook.instrument.shared_job import (SharedId, end_node, launch_part, process_start_ticks,
                                                  same_launch_command, shared_job_id, start_or_join)
+from llmperf_hook.profile.machine_identity import host_identity
 
 SETTINGS = {"steps": 5, "profile_ops": 0, "stop_after": None}
 NODE = ["torchrun", "--nnodes", "2", "--node-rank", "0", "--master-addr", "n1", "train.py", "--bf16"]
@@ -135,7 +136,7 @@ def test_an_id_a_running_job_of_another_run_directory_took_is_not_reused(tmp_pat
     first = start_or_join(tmp_path / "a", "own-1", shared, ["python", "a.py"], {}, SETTINGS, store)
     other = start_or_join(tmp_path / "b", "own-2", shared, ["python", "b.py"], {}, SETTINGS, store)
     assert (first.job_id, other.job_id) == ("slurm-4242", "slurm-4242-2")
-    assert (tmp_path / "home" / "job_ids" / "slurm-4242").read_text() == f"{os.uname().nodename}:{tmp_path / 'a'}\n"
+    assert (tmp_path / "home" / "job_ids" / "slurm-4242").read_text() == f"{host_identity()}:{tmp_path / 'a'}\n"
     end_node(first, 0)
     again = start_or_join(tmp_path / "a", "own-3", shared, ["python", "a.py"], {}, SETTINGS, store)
     assert again.job_id == "slurm-4242-3"  # its own folder holds the ended slurm-4242; slurm-4242-2 is b's
