@@ -53,7 +53,8 @@ Machine load (1-minute load average) is recorded per run and printed; medians ev
    gets a scratch store, eval-repredict), so a model change is scored on the recorded runs.
 
 Diagnostics: --spread-check R (run-to-run spread as launched and with DeepSpeed's --bind_cores_to_rank),
---drift-check R (the reference workload's reading against the step times: instrument/reference_speed.py),
+--drift-check R (the reference workload's and the speed probe's readings against the step times:
+instrument/reference_speed.py, speed_probe.py; --drift-summary FILE prints a saved check's summaries again),
 --rescore LOG... (re-score saved outputs with the current priors), --parts RECORD... (wall, CPU and the ranks' wait
 for each other, what moves between runs, whether the reference readings track it). Their findings are in the
 history file.
@@ -75,7 +76,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from testbed_checks import drift_check, spread_check
+from testbed_checks import drift_check, report_drift_file, spread_check
 from testbed_configs import CLUSTER, CONFIGS, TARGETS, TestbedConfig
 from testbed_jitter import jitter_lines
 from testbed_parts import report_parts
@@ -106,6 +107,8 @@ def parse_args() -> argparse.Namespace:
                          "--drift-configs, no prediction")
     ap.add_argument("--drift-configs", type=index_list, default=[0, 1], metavar="LIST",
                     help="configuration indices (of CONFIGS) that --drift-check / --spread-check run again and again")
+    ap.add_argument("--drift-summary", type=Path, metavar="FILE",
+                    help="only print the summaries of a --drift-check's saved rows (HOME/records/drift-*.json)")
     ap.add_argument("--spread-check", type=int, default=0, metavar="R",
                     help="only measure the run-to-run spread: R rounds of --drift-configs, each launched as is and "
                          "with --bind_cores_to_rank (order alternating), scored on all timed steps and on the first 8")
@@ -140,7 +143,7 @@ def parse_args() -> argparse.Namespace:
                     help="launch every configuration with DeepSpeed's --bind_cores_to_rank (needs numactl)")
     args = ap.parse_args()
     measuring = not (args.replay or args.rescore or args.replay_log or args.drift_check or args.spread_check
-                     or args.parts)
+                     or args.parts or args.drift_summary)
     if measuring and args.repeats < 2:  # was an IndexError after every run had been made
         ap.error(f"--repeats {args.repeats}: the instrumented configuration is scored on its measurement runs of "
                  "the other passes (its calibration run takes its place in the middle one), so it needs 2 or more")
@@ -191,6 +194,9 @@ def main() -> None:
         record = repredicted(record, home) if args.repredict else record
         report_record(record, record_configs(record))
         print("\n".join(jitter_lines(record, home)))  # testbed_jitter.py: the record's rank jitter vs the profile's
+        return
+    if args.drift_summary:
+        report_drift_file(args.drift_summary)
         return
     if args.parts:
         records = [load_record(p) for p in args.parts]

@@ -17,8 +17,10 @@ from testbed_record import RECORD_FORMAT, calibration_pass, pct, rank_steps, rot
 from testbed_setup import base_env, deepspeed_buffers_removed, llmperf, missing_dtypes, shared_home
 
 
-def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, port: int) -> dict:
-    """`llmperf run --instrument N --stop-after N` of one configuration; measured step time and load."""
+def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, port: int,
+                     extra_env: dict[str, str] | None = None) -> dict:
+    """`llmperf run --instrument N --stop-after N` of one configuration; measured step time and load. `extra_env`
+    reaches the ranks (--drift-check: LLMPERF_SPEED_PROBE, the speed probe read in the job, instrument/speed_probe.py)."""
     from llmperf_hook.refine.run_records import read_run_dir, summarize_job
 
     ds_json = work / "ds.json"
@@ -28,7 +30,8 @@ def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, por
     ref_before = reference_now("before-run")
     load, started = os.getloadavg()[0], time.time()
     # refine calibrates only from a run as quiet as the benchmark's measurements (refine_run.max_wall_per_cpu)
-    env = dict(base_env(home), LLMPERF_REFINE_MAX_WALL_PER_CPU=str(QUIET_WALL_PER_CPU[min(cfg.ranks, 2)]))
+    env = dict(base_env(home), LLMPERF_REFINE_MAX_WALL_PER_CPU=str(QUIET_WALL_PER_CPU[min(cfg.ranks, 2)]),
+               **(extra_env or {}))
     with deepspeed_buffers_removed(port):  # DeepSpeed never unlinks its /dev/shm all-reduce buffers
         done = llmperf(["run", "--cluster", CLUSTER, "--instrument", str(steps), "--stop-after", str(steps),
                         "--run-dir", str(run_dir), "--", *cfg.argv(ds_json, port)], env,
@@ -45,9 +48,23 @@ def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, por
             "ref_now_s": (ref_before["cpu_s"] + ref_after["cpu_s"]) / 2, "started_unix_s": started,
             "steps": job.num_timed_steps, "step_times_s": list(job.step_times_s),
             "cpu_step_times_s": list(job.cpu_step_times_s), "job_id": job_id,
-            "rank_steps": rank_steps(run.records, job_id),
+            "rank_steps": rank_steps(run.records, job_id), "hook_probe_s": hook_probe_s(run.records, job_id),
             "prediction": {k: prediction.get(k) for k in ("uncalibrated_step_time_s", "step_time_s", "breakdown", "config")},
             "refine": done.stderr[done.stderr.find("llmperf refine"):].strip()}
+
+
+def hook_probe_s(records: Sequence[dict], job_id: str) -> dict[str, float]:
+    """Per dtype, the median over the job's ranks of the speed probe their hook read after the last recorded step
+    (its reference reading's extra.probe; {} when no rank read one: instrument/speed_probe.py)."""
+    import statistics
+
+    values: dict[str, list[float]] = {}
+    for r in records:
+        probe = ((r.get("reference") or {}).get("extra") or {}).get("probe") or {}
+        if r.get("job_id") == job_id and r.get("kind") in ("end", "stop"):
+            for dtype, s in (probe.get("probe_s") or {}).items():
+                values.setdefault(dtype, []).append(float(s))
+    return {dtype: statistics.median(v) for dtype, v in values.items()}
 
 
 def waited(cfg: TestbedConfig, m: dict) -> float:

@@ -42,6 +42,9 @@ between readings while another program ran on the other core, while four runs of
 A reading costs ~50 ms of CPU time (50-150 ms of wall time on a loaded machine). `speed_ratio` compares two readings
 taken with the same number of concurrent copies (`concurrent`: ranks of the job on the machine running it at
 once share caches and memory bandwidth).
+With LLMPERF_SPEED_PROBE set (`hidden,heads,seq,mbs`), every reading also times the speed probe of those GPT-layer
+shapes in fp32 and bf16 (instrument/speed_probe.py) into `extra.probe`, not counted in `cpu_s`: the hook's
+reading then carries it from inside the ranks (benchmarks/bench_cpu_testbed.py --drift-check sets it).
 torch is imported inside the functions only.
 """
 
@@ -55,6 +58,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
+
+from llmperf_hook.instrument.speed_probe import probe_from_env
 
 WORKLOAD = "v2: 12x gemm 256^3 + 8x copy 1 MiB + 1000 tiny adds; fp32, 1 thread, process CPU time, median of 7"
 """Readings are comparable only when their WORKLOAD strings are equal."""
@@ -166,9 +171,9 @@ def measure_reference(where: str = "", concurrent: int = 1, diagnostics: bool = 
     finally:
         if threads != 1:
             torch.set_num_threads(threads)
+    probe = probe_from_env()  # the job's own shapes, when LLMPERF_SPEED_PROBE names them (speed_probe.py)
     return ReferenceReading(sum(parts[k] for k in COUNTED_PARTS), parts, time.perf_counter() - wall0, time.time(),
-                            concurrent,
-                            os.getloadavg()[0], WORKLOAD, where)
+                            concurrent, os.getloadavg()[0], WORKLOAD, where, {"probe": probe} if probe else {})
 
 
 def _child_code(start_unix_s: float, concurrent: int, where: str) -> str:
