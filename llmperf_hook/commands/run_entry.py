@@ -116,7 +116,8 @@ def _starts_on_other_hosts(launcher_words: Sequence[str], env: Mapping[str, str]
     so does pdsh / mpirun on an active host that is this one (local_host.is_this_host: localhost, the runner's pool
     without a hostfile, this host's name or another name or address of it): then its ranks fail here."""
     from llmperf_hook.commands.local_host import is_this_host
-    from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, active_hosts, multi_node_exec
+    from llmperf_hook.launch.deepspeed_launcher import (DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, active_hosts,
+                                                        multi_node_exec)
     from llmperf_hook.launch.options import scan_options
 
     start = next((k + 1 for k, word in enumerate(launcher_words)

@@ -214,8 +214,8 @@ def _hf_arg(flags: FlagValues, dest: str) -> Any:
 def hf_mismatches(ds: DsSettings, flags: FlagValues, world: int) -> None:
     """transformers HfTrainerDeepSpeedConfig.fill_match: an explicit ds value must equal the Trainer's argument
     (its default when not given), else the Trainer refuses to start; train_batch_size is held to `train_batch_size
-    (calculated)` = args.world_size x per_device_train_batch_size x gradient_accumulation_steps (trainer_config_process),
-    which the Trainer checks before DeepSpeed's own _batch_assertion could."""
+    (calculated)` = args.world_size x per_device_train_batch_size x gradient_accumulation_steps
+    (trainer_config_process), which the Trainer checks before DeepSpeed's own _batch_assertion could."""
     pairs = (("train_micro_batch_size_per_gpu", ds.micro_batch_size, "per_device_train_batch_size"),
              ("gradient_accumulation_steps", ds.gradient_accumulation_steps, "gradient_accumulation_steps"),
              ("gradient_clipping", ds.gradient_clipping if "gradient_clipping" in ds.sources else None, "max_grad_norm"),
@@ -236,8 +236,9 @@ def _train_batch_mismatch(ds: DsSettings, flags: FlagValues, world: int) -> list
     micro, gas = _hf_arg(flags, "per_device_train_batch_size"), _hf_arg(flags, "gradient_accumulation_steps")
     if ds.train_batch_size in (None, AUTO) or ds.train_batch_size == world * micro * gas:
         return []
+    given = (("per_device_train_batch_size", micro), ("gradient_accumulation_steps", gas))
     named = " x ".join(f"{flags.seen_flags.get(dest, '--' + dest)} {value}{'' if flags.has(dest) else ' (default)'}"
-                       for dest, value in (("per_device_train_batch_size", micro), ("gradient_accumulation_steps", gas)))
+                       for dest, value in given)
     return [f"ds train_batch_size={ds.train_batch_size} vs hf train_batch_size (calculated) {world * micro * gas} = "
             f"world size {world} x {named}"]
 

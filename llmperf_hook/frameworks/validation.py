@@ -240,8 +240,8 @@ def _check_deepspeed_expert_groups(cfg: TrainingConfig) -> None:
     per_stage = cfg.world_size // p.pp
     if per_stage % p.ep:
         raise ConfigError(
-            f"world size {_at(cfg, 'world_size', cfg.world_size)} / pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} "
-            f"= {per_stage} ranks per stage is not divisible by the expert-parallel size {_at(cfg, 'ep', p.ep)}: "
+            f"world size {_at(cfg, 'world_size', cfg.world_size)} / pipeline-model-parallel-size "
+            f"{_at(cfg, 'pp', p.pp)} = {per_stage} ranks per stage is not divisible by the expert-parallel size {_at(cfg, 'ep', p.ep)}: "
             f"DeepSpeed's MoE builds its expert groups within a stage and asserts '{per_stage} is not divisible by "
             f"{p.ep}' (deepspeed/utils/groups.py _create_expert_and_data_parallel). Use an expert-parallel size among "
             f"{_divisors(per_stage)}.")

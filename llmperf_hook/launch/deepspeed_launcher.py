@@ -184,11 +184,12 @@ def multi_node_exec(values: Mapping[str, str], hosts: int) -> bool:
 
 
 def active_pool(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str],
-                files: Mapping[str, ScriptFile]) -> tuple["OrderedDict[str, list[int]] | None", Source, Mapping[str, str]]:
-    """runner.py main up to parse_inclusion_exclusion: the resource pool (hostfile, or this machine: CUDA_VISIBLE_DEVICES
-    as `--include localhost:...`, None when its GPU count is unknown) filtered by --include/--exclude, where it came
-    from, and `values` as the rest reads them; a UsageError where runner.py stops. --num_nodes is applied by
-    `first_nodes`."""
+                files: Mapping[str, ScriptFile]
+                ) -> tuple["OrderedDict[str, list[int]] | None", Source, Mapping[str, str]]:
+    """runner.py main up to parse_inclusion_exclusion: the resource pool (hostfile, or this machine:
+    CUDA_VISIBLE_DEVICES as `--include localhost:...`, None when its GPU count is unknown) filtered by
+    --include/--exclude, where it came from, and `values` as the rest reads them; a UsageError where runner.py stops.
+    --num_nodes is applied by `first_nodes`."""
     nodes, _ = _counts(values)
     pool, src = _pool(values, flags, env, used, files)
     if values.get("include") and values.get("exclude"):  # runner.py parse_resource_filter, whatever the pool

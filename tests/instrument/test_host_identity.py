@@ -39,7 +39,8 @@ def test_a_claim_of_the_same_path_by_another_machine_with_this_name_is_elsewhere
     claim = tmp_path / "job_ids" / "slurm-8"
     claim.parent.mkdir()
     claim.write_text(f"{socket.gethostname()}/another-kernel:{tmp_path}\n")
-    assert start_or_join(tmp_path, "own-1", SharedId("slurm-8", "test"), NODE, {}, SETTINGS, store).job_id == "slurm-8-2"
+    taken = start_or_join(tmp_path, "own-1", SharedId("slurm-8", "test"), NODE, {}, SETTINGS, store)
+    assert taken.job_id == "slurm-8-2"
     claim = tmp_path / "job_ids" / "slurm-9"
     claim.write_text(f"{host_identity()}:{tmp_path}\n")  # this host's own claim: the id is still its own
     assert start_or_join(tmp_path, "own-2", SharedId("slurm-9", "test"), NODE, {}, SETTINGS, store).job_id == "slurm-9"
