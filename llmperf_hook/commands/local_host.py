@@ -13,20 +13,24 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
+import time
 from pathlib import Path
+from typing import Sequence
 
 RESOLVE_LIMIT_S = 2.0
-"""The most one look-up of the hostfile's names may take (a resolver that does not answer: the name is not known)."""
+"""The most the look-ups of a hostfile's names take together (a name a resolver has not answered by then is not known)."""
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def is_this_host(host: str) -> bool:
-    """`host` (a hostfile name or address) reaches this machine: its name, `localhost`, a loopback address, or an
-    address of this machine, directly or by name resolution."""
+def any_this_host(hosts: Sequence[str]) -> bool:
+    """Whether one of `hosts` (hostfile names or addresses) reaches this machine: its name, `localhost`, a loopback
+    address, or an address of this machine, directly or by name resolution (all names looked up side by side, within
+    RESOLVE_LIMIT_S in all)."""
     name = socket.gethostname()
-    if host in ("localhost", name, name.split(".")[0]):
+    if any(host in ("localhost", name, name.split(".")[0]) for host in hosts):
         return True
-    return any(a.is_loopback or a in local_addresses() for a in _addresses_of(host))
+    mine = local_addresses()
+    return any(a.is_loopback or a in mine for a in _addresses_of(hosts))
 
 
 def local_addresses() -> set[Address]:
@@ -50,21 +54,28 @@ def local_addresses() -> set[Address]:
     return found
 
 
-def _addresses_of(host: str) -> set[Address]:
-    """The addresses `host` names: itself when it is one, else what getaddrinfo answers within RESOLVE_LIMIT_S."""
-    try:
-        return {ipaddress.ip_address(host.strip("[]").split("%")[0])}
-    except ValueError:
-        pass
-    answer: list[set[Address]] = []
-
-    def resolve() -> None:
+def _addresses_of(hosts: Sequence[str]) -> set[Address]:
+    """The addresses `hosts` name: each itself when it is one, else what getaddrinfo answers, every name on its own
+    daemon thread, all within RESOLVE_LIMIT_S (a name still unanswered then adds nothing)."""
+    found: set[Address] = set()
+    names = []
+    for host in dict.fromkeys(hosts):
         try:
-            answer.append({ipaddress.ip_address(info[4][0].split("%")[0]) for info in socket.getaddrinfo(host, None)})
-        except (OSError, ValueError, UnicodeError):
-            answer.append(set())
+            found.add(ipaddress.ip_address(host.strip("[]").split("%")[0]))
+        except ValueError:
+            names.append(host)
+    answers: list[set[Address]] = []
+    workers = [threading.Thread(target=_resolve, args=(name, answers), daemon=True) for name in names]
+    for worker in workers:
+        worker.start()
+    deadline = time.monotonic() + RESOLVE_LIMIT_S
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+    return found.union(*list(answers))
 
-    worker = threading.Thread(target=resolve, daemon=True)
-    worker.start()
-    worker.join(RESOLVE_LIMIT_S)
-    return answer[0] if answer else set()
+
+def _resolve(host: str, answers: list[set[Address]]) -> None:
+    try:
+        answers.append({ipaddress.ip_address(info[4][0].split("%")[0]) for info in socket.getaddrinfo(host, None)})
+    except (OSError, ValueError, UnicodeError):
+        pass

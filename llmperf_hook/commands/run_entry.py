@@ -113,9 +113,9 @@ def _starts_on_other_hosts(launcher_words: Sequence[str], env: Mapping[str, str]
     """deepspeed/launcher/runner.py main's multi_node_exec (launch/deepspeed_launcher.multi_node_exec); then a
     multi-node runner (pdsh, mpirun, srun: multinode_runner.py) starts the entry on each active
     host, `cd <this folder>` first. Otherwise (one host, or --no_ssh) deepspeed.launcher.launch starts it here, and
-    so does pdsh / mpirun on an active host that is this one (local_host.is_this_host: localhost, the runner's pool
+    so does pdsh / mpirun on an active host that is this one (local_host.any_this_host: localhost, the runner's pool
     without a hostfile, this host's name or another name or address of it): then its ranks fail here."""
-    from llmperf_hook.commands.local_host import is_this_host
+    from llmperf_hook.commands.local_host import any_this_host
     from llmperf_hook.launch.deepspeed_launcher import (DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, active_hosts,
                                                         multi_node_exec)
     from llmperf_hook.launch.options import scan_options
@@ -129,7 +129,7 @@ def _starts_on_other_hosts(launcher_words: Sequence[str], env: Mapping[str, str]
         hosts = active_hosts(opts.values, opts.flags, env)
     except (LlmperfError, ValueError):
         return False
-    return multi_node_exec(opts.values, len(hosts)) and not any(is_this_host(host) for host in hosts)
+    return multi_node_exec(opts.values, len(hosts)) and not any_this_host(hosts)
 
 
 def _entry_index(words: Sequence[str], target: str, script_args: Sequence[str]) -> int | None:
