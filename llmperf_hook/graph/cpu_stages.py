@@ -8,9 +8,9 @@ measured framework cost), the per-rank graph changes in two ways, both physical:
   touches, (1 - f) x the stage's parameters (gradient hooks, ZeRO-3 fetch/release in forward and backward)
   + f x the rank's optimizer partition (the step's norm, update and copy back), f the measured
   `partition_fraction` of the ZeRO stage (profile/cpu_engine_cost.py; 0 for ZeRO-0, where the partition is
-  the whole stage anyway). That reading's engines run one micro-batch per step; under ZeRO-2/3 the forward+backward
-  share of it, 1 - f, is paid again by every further micro-batch (`engine_further_microbatches`,
-  engine_further_microbatches() below), under ZeRO-0/1 it is not;
+  the whole stage anyway). That reading's engines run one micro-batch per step; under ZeRO-2/3 its forward+backward
+  share (predict/cpu_framework.fwd_bwd_share) is paid again by every further micro-batch
+  (`engine_further_microbatches`, engine_further_microbatches() below), under ZeRO-0/1 it is not;
 - no collective hides behind compute: the overlap tags that put ZeRO prefetches, bucketed gradient
   reductions and parameter gathers on a GPU side stream are dropped. gloo runs a collective on the calling
   thread (or a helper thread that competes for the same core under one-thread-per-rank), and DeepSpeed's
@@ -78,9 +78,8 @@ def _optimizer_tags(cfg: TrainingConfig, stage: StageGraph, op: Op, fraction: fl
         tags.update(deepspeed_zero=str(cfg.optimizer.zero_stage),
                     engine_params=str(engine_params(stage.num_params, partition, fraction)))
         further = engine_further_microbatches(cfg)
-        if further:  # each repeats the forward+backward share (1 - f) of the engine's work on the stage's parameters
-            tags.update(engine_further_microbatches=str(further), engine_fwd_bwd_share=f"{1.0 - fraction:.6g}",
-                        engine_stage_params=str(stage.num_params))
+        if further:  # each repeats the forward+backward share of the engine's work on the stage's parameters
+            tags.update(engine_further_microbatches=str(further), engine_stage_params=str(stage.num_params))
     return tags
 
 

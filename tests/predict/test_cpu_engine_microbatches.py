@@ -11,7 +11,8 @@ import pytest
 
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec, NetworkTier
-from llmperf_hook.predict.cpu_framework import FILE_NAME, CpuFrameworkCost, find_cpu_framework_cost, op_cost_parts
+from llmperf_hook.predict.cpu_framework import (FILE_NAME, CpuFrameworkCost, find_cpu_framework_cost, fwd_bwd_share,
+                                                op_cost_parts)
 
 PER_STEP_S, PER_PARAM_S, FRACTION = 3e-3, 2e-8, 0.55
 """A ZeRO-2-like engine reading (the testbed's fp32 file, 16:18: 3.19 ms, 2.03e-8 s, 0.546)."""
@@ -66,9 +67,18 @@ def test_only_zero_2_and_3_repeat_the_engine_per_micro_batch(tmp_path: Path, mon
 
 
 def test_a_reading_without_a_split_repeats_the_whole_engine_term() -> None:
-    """partition_fraction absent (f = 0): the file says all of the engine's work is forward+backward's."""
+    """No samples and no partition_fraction: the file says all of the engine's work is forward+backward's."""
+    assert fwd_bwd_share({"per_step_s": PER_STEP_S, "per_param_s": PER_PARAM_S}) == 1.0
     cost = CpuFrameworkCost(2e-5, 1.0, 5e-5, 4e-9, deepspeed_step={"2": (PER_STEP_S, PER_PARAM_S)})
     op = Op("optimizer.adam", "optimizer", "step", {"params": 500}, tags={
         "param_tensors": "1", "deepspeed_zero": "2", "engine_params": "800", "engine_further_microbatches": "2",
-        "engine_fwd_bwd_share": "1", "engine_stage_params": "1000"})
+        "engine_stage_params": "1000"})
     assert op_cost_parts(op, 0.0, cost)["engine_microbatches"] == pytest.approx(2 * (PER_STEP_S + PER_PARAM_S * 1000))
+
+
+def test_the_share_is_the_readings_forward_backward_extra() -> None:
+    """Samples [params, engine fwd+bwd, engine step, modelled fwd+bwd, modelled optimizer]: extras 9 + 3 ms in
+    forward+backward, 3 + 1 in the step (a negative extra, the model above the engine, counts 0): 12 / 16."""
+    samples = [[5e5, 0.021, 0.008, 0.012, 0.005], [2e5, 0.010, 0.003, 0.007, 0.002], [1e5, 0.004, 0.001, 0.005, 0.002]]
+    assert fwd_bwd_share({"samples": samples, "partition_fraction": 0.9}) == pytest.approx(12 / 16)
+    assert fwd_bwd_share({"samples": [], "partition_fraction": 0.25}) == 0.75  # no samples: 1 - f
