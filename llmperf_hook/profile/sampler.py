@@ -209,9 +209,9 @@ class SamplingDeadline:
         self.stopped: dict[tuple[str, str], float] = {}
         """{(op class, phase): slowdown over the roofline of its first call} of the shapes stopped over limit_s: that
         class's estimates are taken at it at least for the rest of the run."""
-        self.refused: dict[tuple[str, str], int] = {}
-        """{(op class, phase): its first-fit shapes not measured past the deadline, each estimated over
-        FIRST_FIT_MAX_SAMPLE_S (refused_note)."""
+        self.refused: dict[tuple[str, str], tuple[int, float]] = {}
+        """{(op class, phase): (its first-fit shapes not measured past the deadline, each estimated over
+        FIRST_FIT_MAX_SAMPLE_S; their estimated seconds together)} (refused_note)."""
 
     def allows(self, spec: plans.SampleSpec, estimate_s: float, now_s: float | None = None) -> bool:
         """Whether `spec`, estimated at `estimate_s`, is measured now (`now_s`: a time.perf_counter() time the plan
@@ -225,8 +225,8 @@ class SamplingDeadline:
             self.overrun_s = max(self.overrun_s, now + estimate_s - self.with_spec_s(spec))
             return True
         if first_fit:
-            key = (spec.op_class, spec.phase)
-            self.refused[key] = self.refused.get(key, 0) + 1
+            shapes, seconds = self.refused.get((spec.op_class, spec.phase), (0, 0.0))
+            self.refused[(spec.op_class, spec.phase)] = (shapes + 1, seconds + estimate_s)
         return False
 
     def limit_s(self, spec: plans.SampleSpec, estimate_s: float) -> float:
@@ -254,17 +254,22 @@ class SamplingDeadline:
         self.counts[key] = self.counts.get(key, 0) + 1
 
 
-def refused_note(refused: Mapping[tuple[str, str], int], fitted: Sequence[str], dtype: str) -> str | None:
+def refused_note(refused: Mapping[tuple[str, str], tuple[int, float]], fitted: Sequence[str],
+                 dtype: str) -> str | None:
     """Why a class asked for is left without a regressor although first fits run past the deadline: its shapes were
     estimated too slow for one (SamplingDeadline.refused), at the pace its class ran here or a shape of it stopped
-    over its time (the 'not measured' note said which). None when every such class was fitted."""
-    left = {f"{c}/{p}/{dtype}": n for (c, p), n in sorted(refused.items()) if f"{c}/{p}/{dtype}" not in fitted}
+    over its time (the 'not measured' note said which), and how much more --budget measures them (the 'not fitted'
+    note's "whatever the --budget" holds for shapes under FIRST_FIT_MAX_SAMPLE_S only). None when every such class
+    was fitted."""
+    left = {f"{c}/{p}/{dtype}": n_s for (c, p), n_s in sorted(refused.items()) if f"{c}/{p}/{dtype}" not in fitted}
     if not left:
         return None
-    listed = ", ".join(f"{key} ({n} shape{'' if n == 1 else 's'})" for key, n in left.items())
+    listed = ", ".join(f"{key} ({n} shape{'' if n == 1 else 's'}, about {s:.0f} s)" for key, (n, s) in left.items())
+    more_min = math.ceil(sum(s for _, s in left.values()) / 60.0)
     return (f"left on the roofline because their first-fit shapes were not measured past the sampling deadline: "
-            f"{listed}, each estimated at over {FIRST_FIT_MAX_SAMPLE_S} s at the pace its class ran here (past the "
-            f"deadline a first fit takes only shapes under that); a larger --budget measures them before it")
+            f"{listed} at the pace their class ran here, where past the deadline a first fit takes only shapes "
+            f"estimated under {FIRST_FIT_MAX_SAMPLE_S} s each; the same command with a --budget at least "
+            f"{more_min} min larger measures them before its deadline")
 
 
 def expected_run(specs: Sequence[plans.SampleSpec], deadline: SamplingDeadline, rc: RooflineConstants,
@@ -374,6 +379,10 @@ def warm_up(op_class: str, phase: str, dtype: str, device: str) -> None:
     smallest = plans.complete_dims(op_class, {dim: float(low) for dim, (low, _) in ranges[op_class].items()})
     try:
         op_sampler.make_runner(op_class, smallest, phase == "bwd", dtype, device)()
+        if device == "cuda":  # its queued kernels end here, not in the wall time of the first timed call
+            import torch
+
+            torch.cuda.synchronize()
     except (MemoryError, RuntimeError):  # the sampled shapes' own measurements say what fails
         _free_memory(device)
 

@@ -9,6 +9,7 @@ the process makes, as they did on the loaded machine; the deadline has passed wh
 
 from __future__ import annotations
 
+import math
 import time
 from types import SimpleNamespace
 
@@ -84,8 +85,42 @@ def test_a_class_too_slow_for_a_first_fit_is_named_with_the_reason() -> None:
                                        sampler.MIN_SAMPLES_TO_FIT) if s.phase == "bwd"]
     got = sampler._measure_all(specs, deadline, sampler.ProfileRequest(device="cpu", dtype="fp32"), RC,
                                lambda spec, time_s: None)
-    assert got == 0 and deadline.refused == {("layernorm", "bwd"): len(specs)}, deadline.refused
+    at_pace_s = sum(plan.estimate_seconds(s, RC, slowdown=1e6) for s in specs)
+    assert got == 0 and deadline.refused.keys() == {("layernorm", "bwd")}, deadline.refused
+    shapes, seconds = deadline.refused[("layernorm", "bwd")]
+    assert shapes == len(specs) and seconds == pytest.approx(at_pace_s), deadline.refused
     note = sampler.refused_note(deadline.refused, ("layernorm/fwd/fp32",), "fp32")
-    assert note and f"layernorm/bwd/fp32 ({len(specs)} shapes)" in note and "left on the roofline" in note, note
-    assert "larger --budget" in note
+    assert note and f"layernorm/bwd/fp32 ({len(specs)} shapes, about {at_pace_s:.0f} s)" in note, note
+    assert "left on the roofline" in note and f"--budget at least {math.ceil(at_pace_s / 60)} min larger" in note, note
     assert sampler.refused_note(deadline.refused, ("layernorm/bwd/fp32",), "fp32") is None  # fitted after all
+
+
+def test_a_cuda_warm_up_is_the_smallest_shape_and_ends_before_the_first_timed_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA kernels are queued: the warm-up waits for its own (torch.cuda.synchronize), so neither its work nor a
+    one-time cost paid on the device lands in the wall time of the first timed call, by which measure() judges a
+    shape's pace (OverLimit). It runs the class's smallest shape, so a nearly full GPU is never asked for a large
+    one, and an out-of-memory there frees the cache and is left to the sampled shapes' own measurements."""
+    import torch
+
+    events: list = []
+
+    def make(op_class, dims, bwd, dtype, device):
+        events.append((op_class, dict(dims), bwd, device))
+        return lambda: events.append("ran")
+
+    monkeypatch.setattr(op_sampler, "make_runner", make)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: events.append("synchronized"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("emptied"))
+    monkeypatch.setattr(sampler, "_WARMED", set())
+    sampler.warm_up("gemm", "bwd", "bf16", "cuda")
+    sampler.warm_up("gemm", "bwd", "bf16", "cuda")  # once per process
+    assert events == [("gemm", {"m": 512.0, "n": 256.0, "k": 256.0}, True, "cuda"), "ran", "synchronized"], events
+
+    def out_of_memory(op_class, dims, bwd, dtype, device):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+
+    events.clear()
+    monkeypatch.setattr(op_sampler, "make_runner", out_of_memory)
+    sampler.warm_up("layernorm", "fwd", "bf16", "cuda")
+    assert events == ["emptied"], events
