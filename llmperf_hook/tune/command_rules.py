@@ -65,6 +65,8 @@ DECREASE_FLAG = "--decrease-batch-size-if-needed"
 DEFERRED_WGRAD_RULE = "--defer-embedding-wgrad-compute needs pp > 1"
 A2A_HEADS_RULE = "all-to-all context parallel: heads or key/value heads per tp rank % a2a size != 0"
 HIERARCHICAL_CP_RULE = "cp != the product of --hierarchical-context-parallel-sizes"
+MUON_DISTOPT_RULE = "--optimizer muon with the distributed optimizer (core_v0.16 / 0.17 refuse it)"
+DISTILL_VPP_RULE = "--export-kd-teacher-load with an interleaved schedule (ModelOpt asserts)"
 WEIGHT_SHARDS_RULE = "--tensor-parallel-num-weight-shards < tp, not a multiple of tp, or its shards per tp rank % dp != 0"
 
 
@@ -78,8 +80,13 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_si
     if cfg.framework == "megatron":  # Megatron-DeepSpeed's older arguments.py has no eval batch of its own
         fns += [_batch_flag_masks(cfg, script_args, world), _schedule_masks(cfg, script_args, world),
                 _kept_size_masks(script_args, world)]
-        if parse_flags(script_args, SCRIPT_FLAGS).get("defer_embedding_wgrad_compute"):
+        flags = parse_flags(script_args, SCRIPT_FLAGS)
+        if flags.get("defer_embedding_wgrad_compute"):
             fns.append(lambda cols: {DEFERRED_WGRAD_RULE: cols["pp"] == 1})
+        if "muon" in str(flags.get("optimizer", "")):  # frameworks/megatron_validate_args._check_muon
+            fns.append(lambda cols: {MUON_DISTOPT_RULE: cols["distopt"] == 1})
+        if any(w.split("=")[0] == "--export-kd-teacher-load" for w in script_args):  # megatron_unpriced_layers
+            fns.append(lambda cols: {DISTILL_VPP_RULE: (cols["pp"] > 1) & (cols["vpp"] > 1)})
     return all_rules(*fns)
 
 

@@ -136,3 +136,29 @@ def test_save_retain_interval(retain: str, code_wanted: int, capsys) -> None:
     assert code == code_wanted, err
     if code == 2:
         assert "save_retain_interval % save_interval == 0" in err
+
+
+def test_tune_keeps_muon_off_the_distributed_optimizer(capsys) -> None:
+    """tune rewrote gpt3_moe_mcore_te_ep8_resume_torch_dist_muon with --use-distributed-optimizer, which core_v0.16.1's
+    validate_args refuses beside --optimizer muon (the oracle said so): tune/command_rules MUON_DISTOPT_RULE."""
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--apply", "--dry-run", "--",
+                              *_launch("muon_excerpt.yaml")], capsys)
+    rewrite = [line for line in (out + err).splitlines() if "would run:" in line]
+    assert code == 0 and rewrite, err
+    assert "--use-distributed-optimizer" not in rewrite[0]
+
+
+def test_tune_keeps_distillation_uninterleaved() -> None:
+    """ModelOpt distillation asserts no interleaved schedule (check_distillation): tune's DISTILL_VPP_RULE prunes
+    pp > 1 with vpp > 1 for such a command, and only then."""
+    import numpy as np
+
+    from llmperf_hook.frameworks.resolve import resolve_job
+    from llmperf_hook.tune.command_rules import DISTILL_VPP_RULE, command_rule_masks
+
+    launch = _launch("distill_excerpt.yaml")
+    _, cfg = resolve_job(launch, {})
+    cols = {name: np.array(values) for name, values in {"tp": [1, 1, 1], "pp": [2, 2, 1], "vpp": [2, 1, 1], "cp": [1] * 3,
+                                                        "mbs": [1] * 3, "distopt": [1] * 3}.items()}
+    masks = command_rule_masks(cfg, launch[5:])(cols)
+    assert masks[DISTILL_VPP_RULE].tolist() == [True, False, False]
