@@ -70,9 +70,10 @@ class CpuFrameworkCost:
     rank_jitter_cv: float = 0.0
     """A rank's step-to-step CPU time spread its peers do not share, per step time (0: not measured): a step of n
     synchronised ranks costs E[max of n] = 1 + cv x e_n of one rank's (predict/rank_jitter.py)."""
-    deepspeed_fwd_bwd_share: Mapping[str, float] = field(default_factory=dict)
+    deepspeed_fwd_bwd_share: Mapping[str, float | None] = field(default_factory=dict)
     """{ZeRO stage: share of the engine's measured extra done in forward+backward, not in engine.step()}
-    (fwd_bwd_share): what a further micro-batch repeats under ZeRO-2/3 (_engine_microbatches)."""
+    (fwd_bwd_share): what a further micro-batch repeats under ZeRO-2/3 (_engine_microbatches); None (or no entry):
+    the file did not time them apart, and the repetition is left out (unsplit_engine_notes says so)."""
 
     def straggler(self, synchronised_ranks: int) -> float:
         """predict/rank_jitter.straggler_factor of this machine's measured jitter (1 alone or unmeasured)."""
@@ -157,19 +158,23 @@ def _cost(entry: Mapping) -> CpuFrameworkCost:
                             {str(k): fwd_bwd_share(v) for k, v in entry.get("deepspeed_step", {}).items()})
 
 
-def fwd_bwd_share(stage: Mapping) -> float:
+def fwd_bwd_share(stage: Mapping) -> float | None:
     """The share of a ZeRO stage's engine extra that its reading measured in forward+backward: over the reading's
     samples ([params, engine fwd+bwd s, engine step s, modelled fwd+bwd s, modelled optimizer s],
     profile/cpu_engine_cost.deepspeed_terms) sum of max(0, fwd+bwd extra) / sum of both extras. Without samples,
-    1 - partition_fraction (the per-parameter slope's share in the step); without that either, 1 (the file then
-    says nothing is done in the step). On the testbed's fp32 file (16:18) ZeRO-2 0.50 (1 - f: 0.45), ZeRO-3 0.68
-    (0.51): the per-step constant sits mostly in forward+backward, which 1 - f does not see."""
-    rows = [r for r in stage.get("samples") or () if isinstance(r, (list, tuple)) and len(r) >= 5]
-    extras = [(max(0.0, float(r[1]) - float(r[3])), max(0.0, float(r[2]) - float(r[4]))) for r in rows]
+    1 - partition_fraction (the per-parameter slope's share in the step). On the testbed's fp32 file (16:18) ZeRO-2
+    0.50 (1 - f: 0.45), ZeRO-3 0.68 (0.51): the per-step constant sits mostly in forward+backward, which 1 - f does
+    not see. None without either (a file from before the two were timed apart, 26 Nov 2026): 1 would repeat the
+    step's own norm, update and copy back in every micro-batch."""
+    rows = [[float(x) for x in r[:5]] for r in stage.get("samples") or ()
+            if isinstance(r, (list, tuple)) and len(r) >= 5]
+    extras = [(max(0.0, r[1] - r[3]), max(0.0, r[2] - r[4])) for r in rows if all(map(math.isfinite, r))]
     total = sum(a + b for a, b in extras)
     if total > 0:
         return sum(a for a, _ in extras) / total
-    return 1.0 - min(1.0, max(0.0, float(stage.get("partition_fraction", 0.0))))
+    if "partition_fraction" not in stage:
+        return None
+    return 1.0 - min(1.0, max(0.0, float(stage["partition_fraction"])))
 
 
 def _checked(cost: CpuFrameworkCost) -> CpuFrameworkCost:
@@ -274,12 +279,25 @@ def _engine_microbatches(op: Op, cost: CpuFrameworkCost, slowdown: float) -> dic
     the engine's measured extra on the stage's parameters (its hooks see every gradient, not the rank's partition)."""
     further = int(op.tags.get("engine_further_microbatches", "0"))
     zero = op.tags.get("deepspeed_zero", "")
-    if further <= 0 or zero not in cost.deepspeed_step:
+    share = cost.deepspeed_fwd_bwd_share.get(zero)
+    if further <= 0 or zero not in cost.deepspeed_step or share is None:
         return {}
     per_step_s, per_param_s = cost.deepspeed_step[zero]
-    share = cost.deepspeed_fwd_bwd_share.get(zero, 1.0)
     per_microbatch_s = share * (per_step_s + per_param_s * int(op.tags.get("engine_stage_params", "0")))
     return {"engine_microbatches": slowdown * further * per_microbatch_s}
+
+
+def unsplit_engine_notes(cost: CpuFrameworkCost, ops: Iterable[Op], hardware_name: str, dtype: str) -> tuple[str, ...]:
+    """One line where a ZeRO-2/3 job accumulates gradients but the file cannot say what of the engine's work a
+    further micro-batch repeats (fwd_bwd_share None): _engine_microbatches left it out, the step is likely low."""
+    accumulating = {op.tags.get("deepspeed_zero", "") for op in ops
+                    if int(op.tags.get("engine_further_microbatches", "0")) > 0}
+    zeros = sorted(z for z in accumulating if z in cost.deepspeed_step and cost.deepspeed_fwd_bwd_share.get(z) is None)
+    return tuple(f"the CPU profile {hardware_name}'s {FILE_NAME} ({dtype}) timed DeepSpeed's ZeRO-{z} engine as one "
+                 f"total, not its forward+backward apart from engine.step(): the engine work ZeRO-{z} repeats in every "
+                 f"further micro-batch (its gradient reduction in each backward) is left out, and the step is likely "
+                 f"predicted low; measure the file again: `llmperf profile --device cpu --dtype {dtype} --budget 4 "
+                 f"--name {hardware_name}`" for z in zeros)
 
 
 TRANSPORT_OP = "gloo_transport"

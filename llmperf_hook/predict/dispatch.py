@@ -22,7 +22,8 @@ from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import fitted
 from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
 from llmperf_hook.predict.cpu_framework import (apply_cpu_framework_cost, cost_label, find_cpu_framework_cost,
-                                                missing_cost_warning, single_layout_peak_notes, timed_on_cpu)
+                                                missing_cost_warning, single_layout_peak_notes, timed_on_cpu,
+                                                unsplit_engine_notes)
 from llmperf_hook.predict.fp8_gemm import fp8_gemm_predictor
 from llmperf_hook.predict.gemm_alignment import alignment_factor, alignment_warnings, learned_by_profile
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
@@ -222,6 +223,8 @@ def _op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str, profile: OpClass
         warnings = (_no_profile_warning(cluster.gpu.name, dtype),)
     elif cpu and cpu_cost is None:
         warnings += (missing_cost_warning(cluster.gpu.name, dtype),)
+    if cpu_cost is not None:
+        warnings += unsplit_engine_notes(cpu_cost, ops, cluster.gpu.name, dtype)
     warnings += single_layout_peak_notes(profile, dtype)
     warnings += alignment_warnings(map(bf16_part_of_fp8_run, ops), cluster.gpu,
                                    lambda op: learned_by_profile(op, choose_predictor(op, profile, None)))
