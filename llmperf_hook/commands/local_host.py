@@ -56,7 +56,8 @@ def local_addresses() -> set[Address]:
 
 def _addresses_of(hosts: Sequence[str]) -> set[Address]:
     """The addresses `hosts` name: each itself when it is one, else what getaddrinfo answers, every name on its own
-    daemon thread, all within RESOLVE_LIMIT_S (a name still unanswered then adds nothing)."""
+    daemon thread, all within RESOLVE_LIMIT_S (a name still unanswered then, or whose thread could not start at the
+    process's thread limit, adds nothing)."""
     found: set[Address] = set()
     names = []
     for host in dict.fromkeys(hosts):
@@ -65,10 +66,15 @@ def _addresses_of(hosts: Sequence[str]) -> set[Address]:
         except ValueError:
             names.append(host)
     answers: list[set[Address]] = []
-    workers = [threading.Thread(target=_resolve, args=(name, answers), daemon=True) for name in names]
-    for worker in workers:
-        worker.start()
     deadline = time.monotonic() + RESOLVE_LIMIT_S
+    workers = []
+    for name in names:
+        worker = threading.Thread(target=_resolve, args=(name, answers), daemon=True)
+        try:
+            worker.start()
+        except RuntimeError:  # "can't start new thread"
+            break
+        workers.append(worker)
     for worker in workers:
         worker.join(max(0.0, deadline - time.monotonic()))
     return found.union(*list(answers))

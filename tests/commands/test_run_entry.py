@@ -39,6 +39,20 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture()
+def no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hostfiles' `worker-*` names are unknown without asking a resolver (no network; a silent one would cost
+    local_host.RESOLVE_LIMIT_S a test)."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: object, *args: object, **kwargs: object) -> list:
+        if isinstance(host, str) and host.startswith("worker-"):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
 @pytest.mark.parametrize("argv, says", [
     ([PY, "nosuch.py", "--x"], "can't open file '{cwd}/nosuch.py': [Errno 2] No such file or directory"),
     ([PY, "-u", "no_main"], "can't find '__main__' module in '{cwd}/no_main'"),
@@ -124,7 +138,7 @@ def test_a_plain_folder_named_like_an_installed_package_does_not_hide_it(work: P
     (["--hostfile", "with_this_address"], True),
 ])
 def test_a_multi_node_deepspeed_launch_only_warns_of_an_entry_this_host_cannot_see(work: Path, launch: list[str],
-                                                                                  refused: bool,
+                                                                                  refused: bool, no_dns: None,
                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(work)  # the launch reads its hostfile from the working directory, as deepspeed does
     (work / "hosts").write_text("worker-1 slots=1\nworker-2 slots=1\n")
@@ -144,7 +158,7 @@ def test_a_multi_node_deepspeed_launch_only_warns_of_an_entry_this_host_cannot_s
 
 
 def test_run_launches_a_multi_node_deepspeed_job_whose_script_only_the_workers_have(
-        work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        work: Path, no_dns: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """run's gate warns and goes on (a launch), where a one-host job is refused (exit 2)."""
     from llmperf_hook.commands.run import _check_entry
     from llmperf_hook.errors import UsageError
