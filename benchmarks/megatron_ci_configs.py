@@ -14,6 +14,11 @@ gpus 8, pretrain_gpt.py). ENV_VARS are exported into the job's environment.
 --vocab-size,256000 where the tokenizer file is not here)
 prints, per case, the exit codes of `llmperf explain`, `predict` and `tune --apply --dry-run` and the first line of
 any refusal (one process at a time).
+
+    python benchmarks/megatron_ci_configs.py --golden MIRROR_GIT_DIR REF gpt/<case> ...
+
+prints the step time and memory CI measured on DGX H100 (the case's golden_values_dev_dgx_h100.json) beside
+`llmperf predict --cluster dgx-h100`'s.
 """
 
 from __future__ import annotations
@@ -103,6 +108,48 @@ def torchrun_argv(case: CiCase, gpus_per_node: int = 8, nnodes: int = 1, script:
     return ["torchrun", "--nproc_per_node", str(gpus_per_node), "--nnodes", str(nnodes), script, *case.script_args]
 
 
+def golden_step(golden_json: str) -> tuple[float, float]:
+    """A golden_values_*.json CI recorded (per-step "iteration-time" and rank 0's "mem-max-allocated-bytes", keys
+    "values": {"step": number | "nan"}): the median step time after the first step, in seconds, and the largest
+    max-allocated bytes (torch.cuda.max_memory_allocated: no CUDA context, no allocator slack)."""
+    import json
+    import statistics
+
+    data = json.loads(golden_json)
+
+    def series(key: str) -> list[float]:
+        values = data.get(key, {}).get("values", {})
+        return [float(values[k]) for k in sorted(values, key=int) if values[k] != "nan"]
+
+    steps = series("iteration-time")[1:]
+    return (statistics.median(steps) if steps else float("nan"),
+            max(series("mem-max-allocated-bytes"), default=float("nan")))
+
+
+def compare_golden(git_dir: str, ref: str, cases: list[str], platform: str = "dgx_h100",
+                   cluster: str = "dgx-h100") -> None:
+    """Predicted step time and peak memory beside what Megatron-LM's CI measured for the case (its
+    golden_values_dev_<platform>.json), one process at a time."""
+    import json
+
+    for name in cases:
+        folder = f"{ref}:tests/functional_tests/test_cases/{name}"
+        shown = [subprocess.run(["git", "-C", git_dir, "show", f"{folder}/{file}"], capture_output=True, text=True)
+                 for file in ("model_config.yaml", f"golden_values_dev_{platform}.json")]
+        if any(s.returncode for s in shown):
+            continue
+        case = parse_ci_config(shown[0].stdout)
+        step_s, mem_bytes = golden_step(shown[1].stdout)
+        done = subprocess.run(["llmperf", "predict", "--cluster", cluster, "--format", "json", "--",
+                               *torchrun_argv(case)], capture_output=True, text=True, env={**os.environ, **dict(case.env)})
+        if done.returncode:
+            print(f"{name}\texit {done.returncode}", flush=True)
+            continue
+        got = json.loads(done.stdout)
+        print(f"{name}\t{step_s:.4f}\t{got['step_time_s']:.4f}\t{mem_bytes / 2**30:.2f}\t"
+              f"{got['memory']['peak_bytes_per_gpu'] / 2**30:.2f}", flush=True)
+
+
 def _first_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("warning")]
     return lines[0][:300] if lines else ""
@@ -128,4 +175,7 @@ def survey(git_dir: str, ref: str, cases: list[str], cluster: str = "dgx-h100") 
 
 
 if __name__ == "__main__":
-    survey(sys.argv[1], sys.argv[2], sys.argv[3:])
+    if sys.argv[1] == "--golden":  # measured s, predicted s, measured max-allocated GiB, predicted peak GiB
+        compare_golden(sys.argv[2], sys.argv[3], sys.argv[4:])
+    else:
+        survey(sys.argv[1], sys.argv[2], sys.argv[3:])
