@@ -41,7 +41,10 @@ def _switched(script_args: Sequence[str], flag: str) -> bool:
     on = False
     for word in script_args:
         spelled = word.split("=", 1)[0].replace("_", "-")
-        on = True if spelled == flag else False if spelled in (f"--no-{flag[2:]}", f"--disable-{flag[2:]}") else on
+        if spelled == flag:
+            on = True
+        elif spelled in (f"--no-{flag[2:]}", f"--disable-{flag[2:]}"):
+            on = False
     return on
 
 
@@ -80,9 +83,9 @@ def check_distillation(flags: FlagValues, script_args: Sequence[str], parallel: 
     """ModelOpt distillation's start-up asserts (module docstring)."""
     if not _last(script_args, "--export-kd-teacher-load"):
         return
-    clashes = [name for name, on in (("--manual-gc", flags.get("manual_gc")), ("--tp-comm-overlap",
-                                     flags.get("tp_comm_overlap")), ("an interleaved schedule (virtual pipeline "
-                                     "stages at PP > 1)", parallel.pp > 1 and parallel.vpp > 1)) if on]
+    given = {"--manual-gc": bool(flags.get("manual_gc")), "--tp-comm-overlap": bool(flags.get("tp_comm_overlap")),
+             "an interleaved schedule (virtual pipeline stages at PP > 1)": parallel.pp > 1 and parallel.vpp > 1}
+    clashes = [name for name, on in given.items() if on]
     if clashes:
         raise ConfigError(f"--export-kd-teacher-load with {', '.join(clashes)}: Megatron's ModelOpt distillation "
                           "builder asserts 'ModelOpt Distillation currently incompatible with' each "
