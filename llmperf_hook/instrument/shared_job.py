@@ -331,7 +331,8 @@ def _claimed_elsewhere(claim: Path, run_dir: Path) -> bool:
     try:
         fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        return claim.read_text().strip() != mine
+        host, _, claimed_dir = claim.read_text().strip().partition(":")
+        return claimed_dir != str(run_dir) or not same_host(host)  # an older claim: the host name alone
     with os.fdopen(fd, "w") as out:
         out.write(f"{mine}\n")
     return False

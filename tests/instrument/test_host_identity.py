@@ -50,3 +50,16 @@ def test_same_host_reads_old_bare_names_by_name() -> None:
     name = socket.gethostname()
     assert same_host(name) and same_host(host_identity()) and not same_host(f"{name}/another-kernel")
     assert not same_host(f"not-{name}/{boot_id()}") and same_host("a/1", "a") and not same_host("a/1", "a/2")
+
+
+def test_this_hosts_claim_written_before_boot_ids_is_still_its_own(tmp_path: Path) -> None:
+    """A claim of this host written before host identities (`hostname:/tmp/x`) is read by the name alone, as the
+    sweep (_claim_finished) and the node records are: a relaunch in the same run directory keeps its job id (R94)."""
+    claim = tmp_path / "job_ids" / "slurm-10"
+    claim.parent.mkdir()
+    claim.write_text(f"{socket.gethostname()}:{tmp_path}\n")
+    node = start_or_join(tmp_path, "own-1", SharedId("slurm-10", "test"), NODE, {}, SETTINGS, tmp_path / "s.sqlite")
+    assert node.job_id == "slurm-10"
+    claim.write_text(f"{socket.gethostname()}:{tmp_path / 'other'}\n")  # this host, another run directory
+    assert start_or_join(tmp_path, "own-2", SharedId("slurm-10", "test"), NODE, {}, SETTINGS,
+                         tmp_path / "s.sqlite").job_id == "slurm-10-2"
