@@ -128,7 +128,8 @@ def launch_line_hint(argv: Sequence[str], size: tuple[int | None, int | None]) -
         return ""
     first, last, text = found
     cut = _REDIRECTION.search(text, text.index(name) + len(name))
-    end = cut.start() if cut else len(text.rstrip().rstrip('"'))
+    quoted = re.match(r'\s*\w+="', text) is not None and text.rstrip().endswith('"')  # run_cmd="...": inside it
+    end = cut.start() if cut else len(text.rstrip()) - quoted
     changed = f'{text[:end].rstrip()} "$@"{text[end:]}'
     lines = f"line {first}" if first == last else f"lines {first}-{last} (continuations joined)"
     return f" To pass them on, change {path} {lines} from `{text.strip()}` to `{changed.strip()}`."
@@ -144,8 +145,11 @@ def _mentions(path: str, name: str) -> bool:
 
 def _launch_command(path: str, name: str) -> tuple[int, int, str] | None:
     """(first line, last line, text) of the last uncommented command of the file naming `name`, continuations joined."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        physical = fh.read().splitlines()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            physical = fh.read().splitlines()
+    except OSError:
+        return None
     found, i = None, 0
     while i < len(physical):
         start, text = i, physical[i]
