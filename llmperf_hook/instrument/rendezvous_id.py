@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import LlmperfError
 from llmperf_hook.instrument.shared_job import SharedId, _safe
-from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, DEFAULT_HOSTFILE, read_hostfile
+from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, active_pool
 from llmperf_hook.launch.options import scan_options
 from llmperf_hook.launch.torchrun import TORCHRUN_OPTIONS, launcher_grammar
 
@@ -31,14 +31,15 @@ def deepspeed_no_ssh_id(argv: Sequence[str]) -> SharedId | None:
     if start is None:
         return None
     try:
-        values = scan_options(argv, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR).values
+        opts = scan_options(argv, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR)
     except LlmperfError:
         return None
+    values = opts.values
     if "no_ssh" not in values:
         return None
     addr, said = values.get("master_addr", ""), "--master_addr"
-    if not addr:  # runner.py: 'hostname -I' of the first host, which every node's hostfile names alike
-        addr, said = _first_host(values.get("hostfile", "")), "the hostfile's first host"
+    if not addr:  # runner.py main: 'hostname -I' of the first active host, which every node's hostfile names alike
+        addr, said = _first_active_host(values, opts.flags), "the hostfile's first active host"
     if not addr:
         return None
     port = values.get("master_port", DEEPSPEED_DEFAULT_MASTER_PORT)
@@ -81,8 +82,12 @@ def torchrun_rendezvous_id(argv: Sequence[str], env: Mapping[str, str]) -> Share
                     "variables), the nodes' rendezvous")
 
 
-def _first_host(hostfile: str) -> str:
+def _first_active_host(values: Mapping[str, str], flags: Mapping[str, str]) -> str:
+    """runner.py main's `list(active_resources.keys())[0]`: the hostfile's first host left by --include/--exclude
+    (deepspeed_launcher.active_pool; --num_nodes is applied after it); "" without a hostfile (runner.py asserts
+    multi_node_exec) or where runner.py stops."""
     try:
-        return next(iter(read_hostfile(hostfile or DEFAULT_HOSTFILE)), "")
-    except LlmperfError:
+        pool, _, _ = active_pool(values, flags, {}, {}, {})
+    except (LlmperfError, ValueError):
         return ""
+    return next(iter(pool or {}), "")
