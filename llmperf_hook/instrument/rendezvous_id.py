@@ -18,6 +18,7 @@ from llmperf_hook.errors import LlmperfError
 from llmperf_hook.instrument.shared_job import SharedId, _safe
 from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, active_pool
 from llmperf_hook.launch.options import scan_options
+from llmperf_hook.provenance import SourceKind
 from llmperf_hook.launch.torchrun import TORCHRUN_OPTIONS, launcher_grammar
 
 DEEPSPEED_DEFAULT_MASTER_PORT = "29500"
@@ -87,7 +88,7 @@ def _first_active_host(values: Mapping[str, str], flags: Mapping[str, str]) -> s
     (deepspeed_launcher.active_pool; --num_nodes is applied after it); "" without a hostfile (runner.py asserts
     multi_node_exec) or where runner.py stops."""
     try:
-        pool, _, _ = active_pool(values, flags, {}, {}, {})
+        pool, src, _ = active_pool(values, flags, {}, {}, {})
     except (LlmperfError, ValueError):
         return ""
-    return next(iter(pool or {}), "")
+    return next(iter(pool or {}), "") if src.kind == SourceKind.HOSTFILE else ""

@@ -139,6 +139,7 @@ def test_deepspeed_no_ssh_nodes_share_their_rendezvous_address(tmp_path: Path) -
     # runner.py main: 'hostname -I' of list(active_resources)[0], after --include/--exclude (R94)
     excluded = shared_job_id({}, _ds("-H", str(hostfile), "--no_ssh", "--node_rank", "1", "--exclude", "worker-7"))
     assert excluded.base == "deepspeed-worker-8-29500" and "first active host worker-8" in excluded.origin
+    assert shared_job_id({}, _ds("--no_ssh", "--node_rank", "1", "--include", "localhost:0,1")) is None  # no hostfile
     assert shared_job_id({}, _ds("--hostfile", str(tmp_path / "none"), "--no_ssh", "--node_rank", "1")) is None
     assert shared_job_id({}, _ds("--num_gpus", "2", "--master_addr", "10.0.0.1")) is None  # one launcher for all nodes
     assert shared_job_id({}, ["deepspeed", "train.py", "--no_ssh", "--master_addr", "x"]) is None  # the script's own
