@@ -17,8 +17,9 @@ any refusal (one process at a time).
 
     python benchmarks/megatron_ci_configs.py --golden MIRROR_GIT_DIR REF gpt/<case> ...
 
-prints the step time and memory CI measured on DGX H100 (the case's golden_values_dev_dgx_h100.json) beside
-`llmperf predict --cluster dgx-h100`'s.
+prints the step time and allocated peak CI measured on DGX H100 (the case's golden_values_dev_dgx_h100.json: the
+last rank's, see golden_measured) beside llmperf's for the same rank (predict_golden: dgx-h100, no calibration), and
+a summary.
 """
 
 from __future__ import annotations
@@ -108,17 +109,50 @@ def torchrun_argv(case: CiCase, gpus_per_node: int = 8, nnodes: int = 1, script:
     return ["torchrun", "--nproc_per_node", str(gpus_per_node), "--nnodes", str(nnodes), script, *case.script_args]
 
 
-def golden_step(golden_json: str) -> tuple[float, float]:
-    """A golden_values_*.json CI recorded (per-step "iteration-time" and rank 0's "mem-max-allocated-bytes", keys
-    "values": {"step": number | "nan"}): the median step time after the first step, in seconds, and the largest
-    max-allocated bytes (torch.cuda.max_memory_allocated: no CUDA context, no allocator slack)."""
+@dataclass(frozen=True)
+class GoldenRow:
+    """One case: what CI measured on the tensorboard rank and what llmperf predicts for the same quantities."""
+
+    case: str
+    measured_s: float
+    """Median of the logged iteration-time values after the first (see golden_measured)."""
+    predicted_s: float
+    """predict's step time (no calibration)."""
+    measured_allocated_bytes: float
+    """The last rank's torch.cuda allocated peak (mem-max-allocated-bytes, its largest value)."""
+    predicted_allocated_bytes: float
+    """The last pipeline stage's allocated peak: its components less what torch's counters never see (the CUDA
+    context, NCCL's own buffers) and the caching allocator's reserve."""
+    predicted_peak_bytes: float
+    """predict's peak (busiest stage, CUDA context, NCCL buffers and allocator reserve included)."""
+
+    @property
+    def time_ratio(self) -> float:
+        return self.predicted_s / self.measured_s
+
+    @property
+    def allocated_error(self) -> float:
+        return self.predicted_allocated_bytes / self.measured_allocated_bytes - 1
+
+
+def golden_measured(golden_json: str) -> tuple[float, float]:
+    """(step seconds, allocated peak bytes) of a golden_values_*.json (keys "values": {"step": number | "nan"}), read
+    as Megatron-LM writes them (core_v0.16.1). The tensorboard writer exists on the last rank only
+    (global_vars._set_tensorboard_writer: args.rank == world_size - 1, a rank of the last pipeline stage).
+    training_log writes "mem-max-allocated-bytes" = torch.cuda.memory_stats()["allocated_bytes.all.peak"] every
+    iteration, a running peak never reset, so the largest value is the run's. It writes "iteration-time" only where
+    iteration % log_interval == 0: timers('interval-time').elapsed(barrier=True) / the iterations since the last log,
+    i.e. everything in the loop (train_step, --log-params-norm's calc_params_l2_norm, the logging itself; checkpoint
+    saves and evaluation stop the timer), and never at the first iteration, whose elapsed(reset=False) leaves its
+    time in the next logged interval: the first logged value holds the warm-up and is dropped."""
     import json
     import statistics
 
     data = json.loads(golden_json)
 
     def series(key: str) -> list[float]:
-        values = data.get(key, {}).get("values", {})
+        entry = data.get(key)
+        values = entry.get("values", {}) if isinstance(entry, dict) else {}
         return [float(values[k]) for k in sorted(values, key=int) if values[k] != "nan"]
 
     steps = series("iteration-time")[1:]
@@ -126,28 +160,82 @@ def golden_step(golden_json: str) -> tuple[float, float]:
             max(series("mem-max-allocated-bytes"), default=float("nan")))
 
 
-def compare_golden(git_dir: str, ref: str, cases: list[str], platform: str = "dgx_h100",
-                   cluster: str = "dgx-h100") -> None:
-    """Predicted step time and peak memory beside what Megatron-LM's CI measured for the case (its
-    golden_values_dev_<platform>.json), one process at a time."""
-    import json
+NOT_IN_TORCH_COUNTERS = ("cuda_context", "nccl_buffers", "allocator_fragmentation")
+"""Components torch.cuda's allocated counters leave out: the driver's context and NCCL's cudaMalloc'ed buffers
+(outside the caching allocator), and cached free blocks (reserved, not allocated)."""
 
-    for name in cases:
-        folder = f"{ref}:tests/functional_tests/test_cases/{name}"
-        shown = [subprocess.run(["git", "-C", git_dir, "show", f"{folder}/{file}"], capture_output=True, text=True)
-                 for file in ("model_config.yaml", f"golden_values_dev_{platform}.json")]
-        if any(s.returncode for s in shown):
-            continue
-        case = parse_ci_config(shown[0].stdout)
-        step_s, mem_bytes = golden_step(shown[1].stdout)
-        done = subprocess.run(["llmperf", "predict", "--cluster", cluster, "--format", "json", "--",
-                               *torchrun_argv(case)], capture_output=True, text=True, env={**os.environ, **dict(case.env)})
-        if done.returncode:
-            print(f"{name}\texit {done.returncode}", flush=True)
-            continue
-        got = json.loads(done.stdout)
-        print(f"{name}\t{step_s:.4f}\t{got['step_time_s']:.4f}\t{mem_bytes / 2**30:.2f}\t"
-              f"{got['memory']['peak_bytes_per_gpu'] / 2**30:.2f}", flush=True)
+
+def predict_golden(case: CiCase, cluster: str = "dgx-h100") -> tuple[float, float, float]:
+    """(step seconds, last stage's allocated bytes, peak bytes) llmperf predicts for a CI case, in process, with no
+    calibration (the caller points LLMPERF_HOME at an empty folder)."""
+    from llmperf_hook.api import predict_config, resolve_command
+    from llmperf_hook.graph.build import build_graph, ranks_per_node
+    from llmperf_hook.schedule.memory import stage_memory
+
+    env = {"PATH": os.environ.get("PATH", ""), **dict(case.env)}
+    _, cfg, spec, _ = resolve_command(torchrun_argv(case), env, cluster=cluster)
+    estimate = predict_config(cfg, spec)
+    graph = build_graph(cfg, spec)
+    last = stage_memory(cfg, graph.stages[-1], ranks_per_node(cfg, spec), spec.gpu)
+    allocated = sum(v for k, v in last.items() if k not in NOT_IN_TORCH_COUNTERS)
+    return estimate.step_time_s, float(allocated), float(estimate.memory.peak_bytes_per_gpu)
+
+
+def compare_golden(git_dir: str, ref: str, cases: list[str], platform: str = "dgx_h100",
+                   cluster: str = "dgx-h100") -> list[GoldenRow]:
+    """Predicted step time and allocated peak beside what Megatron-LM's CI measured for each case (its
+    golden_values_dev_<platform>.json); prints one line per case and a summary."""
+    import math
+    import tempfile
+
+    from llmperf_hook.errors import LlmperfError
+
+    rows: list[GoldenRow] = []
+    print("case\tmeasured s\tpredicted s\tratio\tmeasured alloc GiB\tpredicted alloc GiB (last stage)\terror\t"
+          "predicted peak GiB")
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["LLMPERF_HOME"] = home  # no user calibration
+        for name in cases:
+            folder = f"{ref}:tests/functional_tests/test_cases/{name}"
+            shown = [subprocess.run(["git", "-C", git_dir, "show", f"{folder}/{file}"], capture_output=True,
+                                    text=True) for file in ("model_config.yaml", f"golden_values_dev_{platform}.json")]
+            if any(s.returncode for s in shown):
+                continue
+            step_s, alloc = golden_measured(shown[1].stdout)
+            if math.isnan(step_s) and math.isnan(alloc):
+                continue  # an inference case's golden values (generated text), not a training run
+            try:
+                got = predict_golden(parse_ci_config(shown[0].stdout), cluster)
+            except LlmperfError as e:
+                print(f"{name}\texit {e.exit_code}: {str(e).splitlines()[0][:120]}", flush=True)
+                continue
+            row = GoldenRow(name, step_s, got[0], alloc, got[1], got[2])
+            rows.append(row)
+            print(f"{name}\t{step_s:.4f}\t{row.predicted_s:.4f}\t{row.time_ratio:.2f}\t{alloc / 2**30:.2f}\t"
+                  f"{row.predicted_allocated_bytes / 2**30:.2f}\t{100 * row.allocated_error:+.1f}%\t"
+                  f"{row.predicted_peak_bytes / 2**30:.2f}", flush=True)
+    print(golden_summary(rows))
+    return rows
+
+
+def golden_summary(rows: list[GoldenRow]) -> str:
+    """Median / p10 / p90 of predicted over measured step time, and of the allocated-peak error, over the rows with
+    a measurement."""
+    import math
+    import statistics
+
+    def spread(values: list[float], fmt: str) -> str:
+        if len(values) < 2:
+            return "n/a"
+        q = statistics.quantiles(values, n=10)
+        return f"median {fmt.format(statistics.median(values))} (p10 {fmt.format(q[0])}, p90 {fmt.format(q[-1])})"
+
+    times = [r.time_ratio for r in rows if math.isfinite(r.measured_s) and r.measured_s > 0]
+    errors = [100 * r.allocated_error for r in rows if math.isfinite(r.measured_allocated_bytes)
+              and r.measured_allocated_bytes > 0]
+    mape = statistics.fmean(abs(e) for e in errors) if errors else float("nan")
+    return (f"{len(rows)} cases priced. step time predicted/measured: {spread(times, '{:.2f}')} over {len(times)}; "
+            f"allocated peak error: {spread(errors, '{:+.1f}%')}, MAPE {mape:.1f}% over {len(errors)}")
 
 
 def _first_line(text: str) -> str:
@@ -175,7 +263,7 @@ def survey(git_dir: str, ref: str, cases: list[str], cluster: str = "dgx-h100") 
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--golden":  # measured s, predicted s, measured max-allocated GiB, predicted peak GiB
+    if sys.argv[1] == "--golden":
         compare_golden(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
         survey(sys.argv[1], sys.argv[2], sys.argv[3:])
