@@ -22,15 +22,16 @@ RESOLVE_LIMIT_S = 2.0
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def any_this_host(hosts: Sequence[str]) -> bool:
-    """Whether one of `hosts` (hostfile names or addresses) reaches this machine: its name, `localhost`, a loopback
-    address, or an address of this machine, directly or by name resolution (all names looked up side by side, within
-    RESOLVE_LIMIT_S in all)."""
+def this_host_among(hosts: Sequence[str]) -> str:
+    """The first of `hosts` (hostfile names or addresses) that reaches this machine, "" when none does: its name,
+    `localhost`, a loopback address, or an address of this machine, directly or by name resolution (all names looked
+    up side by side, within RESOLVE_LIMIT_S in all)."""
     name = socket.gethostname()
-    if any(host in ("localhost", name, name.split(".")[0]) for host in hosts):
-        return True
-    mine = local_addresses()
-    return any(a.is_loopback or a in mine for a in _addresses_of(hosts))
+    named = next((host for host in hosts if host in ("localhost", name, name.split(".")[0])), "")
+    if named:
+        return named
+    mine, addresses = local_addresses(), _addresses_of(hosts)
+    return next((host for host in hosts if any(a.is_loopback or a in mine for a in addresses.get(host, ()))), "")
 
 
 def local_addresses() -> set[Address]:
@@ -54,18 +55,18 @@ def local_addresses() -> set[Address]:
     return found
 
 
-def _addresses_of(hosts: Sequence[str]) -> set[Address]:
-    """The addresses `hosts` name: each itself when it is one, else what getaddrinfo answers, every name on its own
+def _addresses_of(hosts: Sequence[str]) -> dict[str, set[Address]]:
+    """The addresses each of `hosts` names: itself when it is one, else what getaddrinfo answers, every name on its own
     daemon thread, all within RESOLVE_LIMIT_S (a name still unanswered then, or whose thread could not start at the
     process's thread limit, adds nothing)."""
-    found: set[Address] = set()
+    found: dict[str, set[Address]] = {}
     names = []
     for host in dict.fromkeys(hosts):
         try:
-            found.add(ipaddress.ip_address(host.strip("[]").split("%")[0]))
+            found[host] = {ipaddress.ip_address(host.strip("[]").split("%")[0])}
         except ValueError:
             names.append(host)
-    answers: list[set[Address]] = []
+    answers: dict[str, set[Address]] = {}
     deadline = time.monotonic() + RESOLVE_LIMIT_S
     workers = []
     for name in names:
@@ -77,11 +78,11 @@ def _addresses_of(hosts: Sequence[str]) -> set[Address]:
         workers.append(worker)
     for worker in workers:
         worker.join(max(0.0, deadline - time.monotonic()))
-    return found.union(*list(answers))
+    return {**found, **answers.copy()}  # a late answer may still come in
 
 
-def _resolve(host: str, answers: list[set[Address]]) -> None:
+def _resolve(host: str, answers: dict[str, set[Address]]) -> None:
     try:
-        answers.append({ipaddress.ip_address(info[4][0].split("%")[0]) for info in socket.getaddrinfo(host, None)})
+        answers[host] = {ipaddress.ip_address(info[4][0].split("%")[0]) for info in socket.getaddrinfo(host, None)}
     except (OSError, ValueError, UnicodeError):
         pass

@@ -47,7 +47,7 @@ class Entry:
     """Run as a program, not by python (torchrun / deepspeed `--no-python`)."""
     deepspeed_words: tuple[str, ...] = ()
     """The deepspeed launcher's words before the entry: its active hosts may all be other machines
-    (`_starts_on_other_hosts`, asked only when the entry is missing here: it may resolve host names)."""
+    (`_active_host_here`, asked only when the entry is missing here: it may resolve host names)."""
 
 
 def check_entry(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None) -> None:
@@ -76,11 +76,15 @@ def entry_verdict(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> tup
         problem = (f"cannot launch `{entry.launch}`: {entry.interpreter or 'python'}: {said} (in {cwd}). Nothing was "
                    "predicted or started: check the path or the module name, and the directory you launch from."
                    ) if said else ""
-    if problem and entry.deepspeed_words and _starts_on_other_hosts(entry.deepspeed_words, entry.env):
+    here = _active_host_here(entry.deepspeed_words, entry.env) if problem and entry.deepspeed_words else None
+    if here == "":
         return (f"`{entry.launch}` on this host: {said} (in {cwd}). The deepspeed launcher starts it on the "
                 f"hostfile's hosts (pdsh: `cd {cwd}; python -u -m deepspeed.launcher.launch ...`; mpirun / srun: "
                 "`python -u ...` in this folder), none of them this one, "
                 "so it may exist there: launched anyway. If no host has it, every rank fails at its start."), False
+    if here:
+        problem += (f" The deepspeed launcher starts ranks on each of its active hosts (pdsh / mpirun / srun, in this "
+                    f"folder), and `{here}` is this machine: its ranks would fail here.")
     return problem, bool(problem)
 
 
@@ -109,13 +113,13 @@ def find_entry(argv: Sequence[str], env: Mapping[str, str]) -> Entry | None:
                  deepspeed_words=tuple(words[:at]) if job.launcher == "deepspeed" else ())
 
 
-def _starts_on_other_hosts(launcher_words: Sequence[str], env: Mapping[str, str]) -> bool:
-    """deepspeed/launcher/runner.py main's multi_node_exec (launch/deepspeed_launcher.multi_node_exec); then a
-    multi-node runner (pdsh, mpirun, srun: multinode_runner.py) starts the entry on each active
-    host, `cd <this folder>` first. Otherwise (one host, or --no_ssh) deepspeed.launcher.launch starts it here, and
-    so does pdsh / mpirun on an active host that is this one (local_host.any_this_host: localhost, the runner's pool
-    without a hostfile, this host's name or another name or address of it): then its ranks fail here."""
-    from llmperf_hook.commands.local_host import any_this_host
+def _active_host_here(launcher_words: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """None unless deepspeed/launcher/runner.py main's multi_node_exec (launch/deepspeed_launcher.multi_node_exec):
+    one host, or --no_ssh, and deepspeed.launcher.launch starts the entry here. Otherwise a multi-node runner (pdsh,
+    mpirun, srun: multinode_runner.py) starts it on each active host, `cd <this folder>` first: the active host that
+    is this machine (local_host.this_host_among: localhost, the runner's pool without a hostfile, this host's name or
+    another name or address of it), whose ranks fail here, or "" when none is."""
+    from llmperf_hook.commands.local_host import this_host_among
     from llmperf_hook.launch.deepspeed_launcher import (DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, active_hosts,
                                                         multi_node_exec)
     from llmperf_hook.launch.options import scan_options
@@ -123,13 +127,13 @@ def _starts_on_other_hosts(launcher_words: Sequence[str], env: Mapping[str, str]
     start = next((k + 1 for k, word in enumerate(launcher_words)
                   if os.path.basename(word) == "deepspeed" or word.endswith("deepspeed.launcher.runner")), None)
     if start is None:
-        return False
+        return None
     try:
         opts = scan_options(launcher_words, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR)
         hosts = active_hosts(opts.values, opts.flags, env)
     except (LlmperfError, ValueError):
-        return False
-    return multi_node_exec(opts.values, len(hosts)) and not any_this_host(hosts)
+        return None
+    return this_host_among(hosts) if multi_node_exec(opts.values, len(hosts)) else None
 
 
 def _entry_index(words: Sequence[str], target: str, script_args: Sequence[str]) -> int | None:

@@ -1,4 +1,4 @@
-"""commands/local_host.any_this_host: a hostfile's names are looked up side by side within one RESOLVE_LIMIT_S in all,
+"""commands/local_host.this_host_among: a hostfile's names are looked up side by side within one RESOLVE_LIMIT_S in all,
 and a resolver that does not answer (no DNS here) or a thread that cannot start never stops `run` (R94, H213)."""
 
 from __future__ import annotations
@@ -39,17 +39,18 @@ def test_silent_names_share_one_limit(silent_resolver: threading.Event) -> None:
     """20 names a resolver never answers cost one limit, not 20 (a 100-host hostfile held `run` for minutes)."""
     hosts = [f"slow-{k}" for k in range(20)]
     started = time.monotonic()
-    assert not local_host.any_this_host(hosts)
+    assert not local_host.this_host_among(hosts)
     assert time.monotonic() - started < 10 * LIMIT_S
     started = time.monotonic()
-    assert local_host.any_this_host([*hosts, "here-1"])  # Debian's /etc/hosts: this host's name -> 127.0.1.1
+    assert local_host.this_host_among([*hosts, "here-1"]) == "here-1"  # Debian's /etc/hosts: own name -> 127.0.1.1
     assert time.monotonic() - started < 10 * LIMIT_S
 
 
 def test_names_and_addresses(silent_resolver: threading.Event) -> None:
-    assert not local_host.any_this_host(["worker-1", "192.0.2.200", "[2001:db8::7]"])
-    assert local_host.any_this_host(["worker-1", "127.0.0.2"]) and local_host.any_this_host(["[::1]"])
-    assert local_host.any_this_host(["worker-1", socket.gethostname()]) and local_host.any_this_host(["localhost"])
+    assert not local_host.this_host_among(["worker-1", "192.0.2.200", "[2001:db8::7]"])
+    assert local_host.this_host_among(["worker-1", "127.0.0.2"]) == "127.0.0.2"
+    assert local_host.this_host_among(["[::1]"]) == "[::1]"
+    assert local_host.this_host_among(["worker-1", socket.gethostname()]) and local_host.this_host_among(["localhost"])
 
 
 def test_a_thread_that_cannot_start_leaves_its_name_unknown(silent_resolver: threading.Event,
@@ -60,4 +61,4 @@ def test_a_thread_that_cannot_start_leaves_its_name_unknown(silent_resolver: thr
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(threading.Thread, "start", refuse)
-    assert not local_host.any_this_host(["here-1", "worker-1"])
+    assert not local_host.this_host_among(["here-1", "worker-1"])

@@ -169,3 +169,17 @@ def test_run_launches_a_multi_node_deepspeed_job_whose_script_only_the_workers_h
     assert "launched anyway" in capsys.readouterr().err
     with pytest.raises(UsageError, match="can't open file"):
         _check_entry(["deepspeed", "--hostfile", "hosts", "--num_nodes", "1", "only_on_workers.py"], ENV, dry_run=False)
+
+
+def test_a_refused_multi_node_launch_names_the_host_that_is_this_machine(work: Path, no_dns: None,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal of a hostfile launch says why this host's missing script matters: one of the hostfile's hosts is
+    this machine (here by a loopback address), so pdsh starts ranks here (R94: it read like a one-host refusal)."""
+    monkeypatch.chdir(work)
+    (work / "hosts").write_text("worker-1 slots=1\n127.0.0.2 slots=1\n")
+    from llmperf_hook.commands.run_entry import entry_verdict
+
+    problem, refuse = entry_verdict(["deepspeed", "--hostfile", "hosts", "only_on_workers.py"], ENV, work)
+    assert refuse and "can't open file" in problem and "127.0.0.2" in problem and "this machine" in problem, problem
+    problem, refuse = entry_verdict(["deepspeed", "--num_gpus", "1", "only_on_workers.py"], ENV, work)
+    assert refuse and "this machine" not in problem  # one host: plain python's refusal
