@@ -85,17 +85,22 @@ def _check_lr_and_save(script_args: Sequence[str]) -> list[str]:
     if interval is None:
         raise ConfigError("--save without --save-interval: Megatron's validate_args asserts save_interval is not None "
                           "when --save is given. Add --save-interval N (iterations between checkpoints).")
+    _check_retain_interval(_number(script_args, "--save-retain-interval"), interval)
     if interval <= 0:  # 78af90cb77 (2025-07) asserts > 0; before, `args.save_interval and ...` never saved
         return [f"--save-interval {interval:g}: Megatron-LM since 2025-07 stops at start-up (validate_args asserts "
                 "save_interval > 0); older releases never save. Give a positive interval"]
-    _check_retain_interval(_number(script_args, "--save-retain-interval"), interval)
     return []
 
 
 def _check_retain_interval(retain: float | None, interval: float) -> None:
-    """--save-retain-interval came with validate_args' `assert args.save_retain_interval > 0` and `% args.save_interval
-    == 0` (78af90cb77, 2025-07; core_v0.16.1 arguments.py :840-842). Megatron-LM CI's
+    """--save-retain-interval came with validate_args' `assert args.save_interval > 0`, `assert
+    args.save_retain_interval > 0` and `% args.save_interval == 0` (78af90cb77, 2025-07; core_v0.16.1 arguments.py
+    :839-842), so a release that takes the flag refuses a --save-interval <= 0 too. Megatron-LM CI's
     mixtral/deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm config (2500 with --save-interval 5000) fails it."""
+    if retain is not None and interval <= 0:
+        raise ConfigError(f"--save-interval {interval:g} with --save-retain-interval {retain:g} (argv): the "
+                          "Megatron-LM releases that have --save-retain-interval assert save_interval > 0 at start-up. "
+                          "Give a positive --save-interval.")
     if retain is not None and (retain <= 0 or retain % interval):
         raise ConfigError(f"--save-retain-interval {retain:g} with --save-interval {interval:g} (argv): Megatron's "
                           "validate_args asserts save_retain_interval > 0 and save_retain_interval % save_interval == 0. "
@@ -239,26 +244,31 @@ def _check_precision_aware_optimizer(flags: FlagValues) -> None:
 
 def _check_muon(flags: FlagValues) -> list[str]:
     """--optimizer muon / dist_muon (core_v0.16.0 on, 5548cdc57b 2026-01): every release asserts no Torch-FSDP2 and no
-    Megatron FSDP ('Muon optimizer does not support ...'; core_v0.18.0 on: 'Emerging optimizer does not support ...')
-    and --ckpt-format torch or torch_dist. core_v0.16.x / 0.17.x also assert no --use-distributed-optimizer and no
-    overlapped gradient reduce / parameter gather (0.17: for muon only); core_v0.18.0 on turn the distributed
-    optimizer into the layer-wise one (5b512b45d1, 2026-04): a warning."""
+    Megatron FSDP ('Muon optimizer does not support ...'; core_v0.18.0 on: 'Emerging optimizer does not support ...'
+    for every optimizer but sgd / adam, so also soap and adaptive_muon, which came with it) and --ckpt-format torch or
+    torch_dist. core_v0.16.x asserts no --use-distributed-optimizer and no overlapped gradient reduce / parameter
+    gather; core_v0.17.x the same, the overlap ones for `muon` only ('Use dist_muon instead'); core_v0.18.0 on turn the
+    distributed optimizer into the layer-wise one (5b512b45d1, 2026-04): a warning naming the releases that refuse."""
     name = str(flags.get("optimizer", "adam"))
-    if "muon" not in name:
+    if "muon" not in name and name != "soap":
         return []
     fsdp = [f for f, d in (("--use-torch-fsdp2", "use_torch_fsdp2"), ("--use-megatron-fsdp", "use_megatron_fsdp"))
             if flags.get(d)]
     if fsdp:  # (its --ckpt-format torch / torch_dist assert: the other formats need an FSDP, refused elsewhere)
         raise ConfigError(f"--optimizer {name} with {' and '.join(fsdp)}: Megatron's validate_args asserts 'Muon "
-                          "optimizer does not support Torch-FSDP2 / Megatron-FSDP for now'. Drop "
+                          "optimizer does not support Torch-FSDP2 / Megatron-FSDP for now' (core_v0.18.0 on: "
+                          "'Emerging optimizer does not support ...'). Drop "
                           f"{' and '.join(fsdp)} or use --optimizer adam.")
-    given = [f for f, d in (("--use-distributed-optimizer", "use_distributed_optimizer"), ("--overlap-grad-reduce",
-             "overlap_grad_reduce"), ("--overlap-param-gather", "overlap_param_gather")) if flags.get(d)]
-    if not given:
+    distopt = bool(flags.get("use_distributed_optimizer"))
+    overlap = [f for f, d in (("--overlap-grad-reduce", "overlap_grad_reduce"),
+                              ("--overlap-param-gather", "overlap_param_gather")) if flags.get(d)]
+    if name not in ("muon", "dist_muon") or not (distopt or overlap):
         return []
-    return [f"--optimizer {name} with {', '.join(given)}: Megatron-LM core_v0.16 / 0.17 stop at start-up ('Muon "
-            "optimizer does not support ...'); core_v0.18.0 and later run it (the distributed optimizer becomes the "
-            "layer-wise one). Priced as Adam with the distributed optimizer"]
+    given = ["--use-distributed-optimizer"] * distopt + overlap
+    refusing = "core_v0.16 / 0.17 stop" if distopt or name == "muon" else "core_v0.16 stops"
+    return [f"--optimizer {name} with {', '.join(given)}: Megatron-LM {refusing} at start-up ('Muon optimizer does "
+            "not support ...'); core_v0.18.0 and later run it" + (" (the distributed optimizer becomes the layer-wise "
+            "one). Priced as Adam with the distributed optimizer" if distopt else ". Priced as Adam")]
 
 
 def _check_hierarchical_cp(script_args: Sequence[str], parallel: ParallelLayout) -> None:

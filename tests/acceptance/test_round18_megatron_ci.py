@@ -100,16 +100,36 @@ def test_muon_as_ci_runs_it(capsys) -> None:
       "fsdp_dtensor", "--use-distributed-optimizer"], 2),
     (["--use-torch-fsdp2", "--untie-embeddings-and-output-weights", "--no-gradient-accumulation-fusion",
       "--expert-model-parallel-size", "1"], 2),
-    (["--use-distributed-optimizer", "--overlap-grad-reduce"], 0)])
+    (["--use-distributed-optimizer", "--overlap-grad-reduce"], 0),
+    (["--optimizer", "soap", "--use-torch-fsdp2", "--untie-embeddings-and-output-weights",
+      "--no-gradient-accumulation-fusion", "--expert-model-parallel-size", "1"], 2)])
 def test_muon_validate_args(extra: list[str], code_wanted: int, capsys) -> None:
     """validate_args' Muon checks (core_v0.16.1 arguments.py 'Muon optimizer check'; core_v0.18.0 on 'emerging
-    optimizer check'): no Megatron FSDP / Torch-FSDP2 in every release (exit 2, was accepted); the distributed optimizer and overlapped reduce only core_v0.16 / 0.17 refuse (a warning)."""
+    optimizer check', for every optimizer but sgd / adam): no Megatron FSDP / Torch-FSDP2 in every release that has
+    the optimizer (exit 2, was accepted; soap came with core_v0.18.0's check); the distributed optimizer and
+    overlapped reduce only core_v0.16 / 0.17 refuse (a warning)."""
     code, got, err = _explain(_launch("muon_excerpt.yaml", *extra), capsys)
     assert code == code_wanted, err
     if code == 2:
-        assert "Muon optimizer" in err and "Traceback" not in err
+        assert "optimizer does not support" in err and "Traceback" not in err
     else:
-        assert any("core_v0.16 / 0.17 stop at start-up" in w for w in got["warnings"])
+        assert any("core_v0.16 / 0.17 stop at start-up" in w and "with the distributed optimizer" in w
+                   for w in got["warnings"])
+
+
+@pytest.mark.parametrize(("extra", "warned"), [
+    (["--optimizer", "dist_muon", "--overlap-grad-reduce"], "core_v0.16 stops at start-up"),  # 0.17: muon only
+    (["--optimizer", "muon", "--overlap-grad-reduce"], "core_v0.16 / 0.17 stop at start-up"),
+    (["--optimizer", "adaptive_muon", "--use-distributed-optimizer"], None)])  # core_v0.18.0 on: no such assert
+def test_muon_warning_names_the_releases_that_refuse(extra: list[str], warned: str | None, capsys) -> None:
+    """core_v0.17.0 asserts no overlapped reduce / gather for `--optimizer muon` only ('Use dist_muon instead'),
+    core_v0.16.x for both; adaptive_muon exists from core_v0.18.0, which runs it with the distributed optimizer. The
+    warning named core_v0.16 / 0.17 for all three, and 'priced ... with the distributed optimizer' without one."""
+    code, got, err = _explain(_launch("muon_excerpt.yaml", *extra), capsys)
+    assert code == 0, err
+    lines = [w for w in got["warnings"] if "stop at start-up" in w or "stops at start-up" in w]
+    assert [warned in w for w in lines] == ([True] if warned else []), lines
+    assert not any("with the distributed optimizer" in w for w in lines)
 
 
 @pytest.mark.parametrize(("extra", "warned"), [
@@ -126,16 +146,29 @@ def test_placement_flags_of_ci_cases_are_warned(extra: list[str], warned: str, c
     assert any(w.startswith(warned) for w in got["warnings"]), got["warnings"]
 
 
-@pytest.mark.parametrize(("retain", "code_wanted"), [("2500", 2), ("0", 2), ("10000", 0)])
-def test_save_retain_interval(retain: str, code_wanted: int, capsys) -> None:
+def test_tp_pp_dp_mapping_is_silent_where_the_orders_agree(capsys) -> None:
+    """tp-cp-ep-dp-pp and tp-cp-ep-pp-dp place ranks alike unless both PP and DP exceed 1 (here PP 1)."""
+    code, got, err = _explain(_launch("muon_excerpt.yaml", "--use-tp-pp-dp-mapping"), capsys)
+    assert code == 0, err
+    assert not any("--use-tp-pp-dp-mapping" in w for w in got["warnings"]), got["warnings"]
+
+
+@pytest.mark.parametrize(("extra", "code_wanted"), [
+    (["--save", "/tmp/ckpt", "--save-interval", "5000", "--save-retain-interval", "2500"], 2),
+    (["--save", "/tmp/ckpt", "--save-interval", "5000", "--save-retain-interval", "0"], 2),
+    (["--save", "/tmp/ckpt", "--save-interval", "5000", "--save-retain-interval", "10000"], 0),
+    (["--save-interval", "5000", "--save-retain-interval", "2500"], 0),  # the asserts sit under `if args.save`
+    (["--save", "/tmp/ckpt", "--save-interval", "0", "--save-retain-interval", "2500"], 2)])
+def test_save_retain_interval(extra: list[str], code_wanted: int, capsys) -> None:
     """mixtral/deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm has --save-interval 5000 --save-retain-interval
-    2500, which core_v0.16.1's validate_args refuses (:840-842, with the flag since 78af90cb77) and the oracle too;
-    llmperf accepted it. Its sibling without _sm (10000) runs."""
-    extra = ["--save", "/tmp/ckpt", "--save-interval", "5000", "--save-retain-interval", retain]
+    2500, which core_v0.16.1's validate_args refuses (:837-842: under `if args.save is not None`, save_interval > 0,
+    then the retain asserts; all with the flag since 78af90cb77) and the oracle too; llmperf accepted it. Its sibling
+    without _sm (10000) runs. A --save-interval 0 is only a warning for releases before 78af90cb77, which have no
+    --save-retain-interval: beside it, it is refused."""
     code, _, err = _explain(_launch("muon_excerpt.yaml", *extra), capsys)
     assert code == code_wanted, err
     if code == 2:
-        assert "save_retain_interval % save_interval == 0" in err
+        assert "--save-retain-interval" in err and "Traceback" not in err
 
 
 def test_tune_keeps_muon_off_the_distributed_optimizer(capsys) -> None:
