@@ -38,7 +38,6 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from llmperf_hook.schedule.memory_cpu import RESIDENT_PART
 from llmperf_hook.schedule.memory_fit import verdict_words
 from llmperf_hook.tune.apply import TunedCommand
 from llmperf_hook.tune.infeasible import own_fits_over_margin, own_over_margin_sentence, predict_verdict
@@ -184,11 +183,12 @@ def _fit_label(ev: Evaluated, margin: float) -> str:
 
 
 def headroom_bytes(ev: Evaluated) -> float:
-    """The row's capacity less what predict's verdict holds against it (MemoryEstimate.headroom_bytes): on a GPU the
-    peak (schedule/memory.py); on a CPU the host's need, every rank of the host and the offloads it pins together,
-    as they share its RAM (schedule/memory_cpu.cpu_memory_estimate's must_fit_bytes), not one rank's peak."""
-    on_cpu = RESIDENT_PART in getattr(getattr(ev.estimate, "memory", None), "components", {})
-    return ev.capacity_bytes - (ev.must_fit_bytes if on_cpu else ev.peak_bytes)
+    """predict's own MemoryEstimate.headroom_bytes of the row: on a GPU the capacity less the peak (schedule/memory.py);
+    on a CPU the host's RAM less its need, every rank of the host and the offloads it pins together, as they share it
+    (schedule/memory_cpu.cpu_memory_estimate), not one rank's peak. A row without a memory estimate (a test's stand-in):
+    capacity less peak."""
+    memory = getattr(ev.estimate, "memory", None)
+    return float(memory.headroom_bytes) if memory is not None else ev.capacity_bytes - ev.peak_bytes
 
 
 def _row(rank: str, ev: Evaluated, changes: str, margin: float) -> str:

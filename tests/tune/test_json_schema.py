@@ -44,6 +44,9 @@ def test_result_object(tmp_path: Path, capsys) -> None:
     assert set(data["baseline"]) == ROW and all(set(row) == ROW | {"changes"} for row in data["top"])
     assert all(set(c) == {"where", "key", "old", "new"} for row in data["top"] for c in row["changes"])
     assert set(data["applied"]) == {"argv", "new_files"}
+    # on a GPU headroom_bytes is predict's: the capacity less the peak (the allocator's reserve included)
+    assert all(row["headroom_bytes"] == row["capacity_bytes"] - row["peak_bytes_per_gpu"]
+               for row in (data["baseline"], *data["top"]))
 
 
 def test_bad_input_object(capsys) -> None:
