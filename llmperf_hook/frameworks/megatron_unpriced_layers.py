@@ -37,15 +37,9 @@ def _last(script_args: Sequence[str], flag: str) -> str | None:
 
 
 def _switched(script_args: Sequence[str], flag: str) -> bool:
-    """A generated store_true option: the last of `--X`, `--no-X`, `--disable-X` wins."""
-    on = False
-    for word in script_args:
-        spelled = word.split("=", 1)[0].replace("_", "-")
-        if spelled == flag:
-            on = True
-        elif spelled in (f"--no-{flag[2:]}", f"--disable-{flag[2:]}"):
-            on = False
-    return on
+    """A store_true option: TransformerConfig's generated options that default to False take `--X` alone (the
+    `--no-X` / `--disable-X` spellings are made for those defaulting to True: argument_utils.py)."""
+    return any(word.split("=", 1)[0].replace("_", "-") == flag for word in script_args)
 
 
 def unpriced_layer_warnings(script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
@@ -55,12 +49,15 @@ def unpriced_layer_warnings(script_args: Sequence[str], parallel: ParallelLayout
     if variant:
         what = _VARIANTS.get(variant, "an attention variant")
         warnings.append(f"--experimental-attention-variant {variant}: {what} not modelled; every layer priced as "
-                        "softmax attention")
+                        "softmax attention (step time and memory off either way: the variant's own projections and "
+                        "state cost more, its attention less at long sequences)")
     if _switched(script_args, "--attention-output-gate"):
-        warnings.append("--attention-output-gate: the attention output gate (its projection and sigmoid) not modelled")
+        warnings.append("--attention-output-gate: the attention output gate not modelled (its num_heads x kv_channels "
+                        "more QKV GEMM columns, sigmoid and product: step time and memory under-estimated)")
     if _last(script_args, "--export-kd-teacher-load"):
         warnings.append("--export-kd-teacher-load: knowledge distillation not modelled: the teacher model's forward "
-                        "each step, its weights and the distillation loss are not priced (only the student is)")
+                        "each step, its weights and the distillation loss are not priced, only the student is (step "
+                        "time and memory under-estimated)")
     return warnings
 
 
@@ -72,10 +69,12 @@ def _placement_warnings(script_args: Sequence[str], parallel: ParallelLayout) ->
     if _switched(script_args, "--fine-grained-activation-offloading"):
         modules = " ".join(list_values(script_args, "--offload-modules") or []) or "none given"
         warnings.append(f"--fine-grained-activation-offloading (--offload-modules {modules}): the offloaded inputs "
-                        "are priced as kept in GPU memory and their host copies are not timed")
+                        "are priced as kept in GPU memory (peak memory over-estimated) and their host copies are not "
+                        "timed (step time under-estimated where they are not hidden)")
     if _switched(script_args, "--use-tp-pp-dp-mapping") and parallel.pp > 1 and parallel.dp > 1:
         warnings.append("--use-tp-pp-dp-mapping: ranks in tp-cp-ep-pp-dp order; collectives placed in the default "
-                        "tp-cp-ep-dp-pp order (which of the DP and pipeline groups cross nodes differs)")
+                        "tp-cp-ep-dp-pp order (which of the DP and pipeline groups cross nodes differs: their "
+                        "communication time off either way)")
     return warnings
 
 
