@@ -98,6 +98,19 @@ def _vpp(flags: FlagValues, layers: int, pp: int, src: dict[str, Source]) -> int
     return per_rank // per_stage_flag
 
 
+def _deepspeed_expert_tp(flags: FlagValues, tp: int) -> tuple[int, Source]:
+    """Expert TP of Megatron-DeepSpeed, whose MoE layers are DeepSpeed's: ParallelTransformerLayer builds
+    MoE(ParallelMLP(config, moe=True, enable_expert_tensor_parallelism=args.enable_expert_tensor_parallelism))
+    (megatron/model/transformer.py), and its Column/RowParallelLinear take `world_size = 1` for an expert unless
+    the flag is on (megatron/core/tensor_parallel/layers.py `if moe and (not enable_expert_tensor_parallelism)`):
+    every TP rank holds its EP rank's experts whole. --enable-expert-tensor-parallelism (store_true, default off,
+    megatron/arguments.py) splits them over TP as the dense MLP. Megatron-DeepSpeed 4efb479d."""
+    if flags.get("enable_expert_tensor_parallelism"):
+        return tp, flags.source("enable_expert_tensor_parallelism")
+    return 1, Source(SourceKind.DEFAULT, "Megatron-DeepSpeed: experts whole on every TP rank "
+                                         "(no --enable-expert-tensor-parallelism)")
+
+
 def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str],
             ds_flavour: bool = False) -> ParallelLayout:
     tp, src["tp"] = pick(flags, "tensor_model_parallel_size", 1, "Megatron: 1")
@@ -107,7 +120,8 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
         cp, src["cp"] = flags.get("ds_sequence_parallel_size"), flags.source("ds_sequence_parallel_size")
         warnings.append("--ds-sequence-parallel-size: DeepSpeed-Ulysses all-to-all modelled as context parallelism")
     ep, src["ep"] = pick(flags, "expert_model_parallel_size", 1, "Megatron: 1")
-    etp, src["etp"] = pick(flags, "expert_tensor_parallel_size", tp, "Megatron: tensor-model-parallel-size")
+    etp, src["etp"] = (_deepspeed_expert_tp(flags, tp) if ds_flavour else
+                       pick(flags, "expert_tensor_parallel_size", tp, "Megatron: tensor-model-parallel-size"))
     for key, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("etp", etp)):
         if value < 1:
             raise ConfigError(f"{key} {value} ({src[key]}) must be at least 1.")
@@ -121,6 +135,7 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
     layers = flags.get("num_layers") or flags.get("encoder_num_layers") or 0
     return ParallelLayout(
         tp=tp, pp=pp, vpp=_vpp(flags, layers, pp, src), cp=cp, dp=world // (tp * pp * cp), ep=ep, etp=etp,
+        etp_follows_tp=not ds_flavour or bool(flags.get("enable_expert_tensor_parallelism")),
         sequence_parallel=bool(sp), decoder_first_pipeline_num_layers=flags.get("decoder_first_pipeline_num_layers"),
         decoder_last_pipeline_num_layers=flags.get("decoder_last_pipeline_num_layers"),
         account_for_embedding_in_pipeline_split=bool(flags.get("account_for_embedding_in_pipeline_split")),

@@ -109,6 +109,8 @@ def _build() -> dict[str, Flag]:
     table["--topk"] = Flag("ds_moe_topk", "int")
     table["--ds-sequence-parallel-size"] = Flag("ds_sequence_parallel_size", "int")  # DeepSpeed-Ulysses
     table["--expert-interval"] = Flag("ds_moe_expert_interval", "int")
+    # store_true, default off: DeepSpeed's experts split over TP (frameworks/megatron._deepspeed_expert_tp)
+    table["--enable-expert-tensor-parallelism"] = Flag("enable_expert_tensor_parallelism", "true")
     table["--add-bias-linear"] = Flag("add_bias_linear", "true")
     # Megatron-DeepSpeed's legacy ParallelMLP runs erf_gelu under it; argparse type=bool: any non-empty value is True
     # (frameworks/script_gelu.megatron_gelu).

@@ -167,7 +167,11 @@ class ParallelLayout:
     dp: int = 1
     ep: int = 1
     etp: int = 1
-    """Expert tensor parallel size (Megatron --expert-tensor-parallel-size; defaults to tp)."""
+    """Expert tensor parallel size (Megatron --expert-tensor-parallel-size; defaults to tp). Megatron-DeepSpeed: tp
+    with --enable-expert-tensor-parallelism, else 1 (DeepSpeed's experts whole on every TP rank)."""
+    etp_follows_tp: bool = True
+    """Expert TP changes with TP (Megatron's default, Megatron-DeepSpeed's --enable-expert-tensor-parallelism);
+    False where the experts stay whole whatever the TP (Megatron-DeepSpeed without that flag): tune keeps etp."""
     sequence_parallel: bool = False
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None

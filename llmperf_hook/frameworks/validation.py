@@ -234,9 +234,16 @@ def _check_experts(cfg: TrainingConfig) -> None:
 def _check_deepspeed_expert_groups(cfg: TrainingConfig) -> None:
     """Megatron-DeepSpeed's MoE layers are DeepSpeed's (deepspeed/moe/layer.py MoE._create_process_groups), whose
     expert groups split each pipeline stage's ranks: deepspeed/utils/groups.py _create_expert_and_data_parallel
-    `_ensure_divisibility(world_size // pp_size, ep_size)` ('N is not divisible by EP'). Its expert-tensor-parallel
-    path (--enable-expert-tensor-parallelism: data-parallel size % EP) is not read."""
+    `_ensure_divisibility(world_size // pp_size, ep_size)` ('N is not divisible by EP'); with
+    --enable-expert-tensor-parallelism _create_expert_data_and_model_parallel asserts `_ensure_divisibility(
+    dp_world_size, expert_parallel_size_)` instead."""
     p = cfg.parallel
+    if p.etp_follows_tp and p.tp > 1 and p.dp % p.ep:
+        raise ConfigError(
+            f"data-parallel size {p.dp} is not divisible by the expert-parallel size {_at(cfg, 'ep', p.ep)}: with "
+            f"--enable-expert-tensor-parallelism DeepSpeed asserts '{p.dp} is not divisible by {p.ep}' "
+            "(deepspeed/utils/groups.py _create_expert_data_and_model_parallel). Use an expert-parallel size among "
+            f"{_divisors(p.dp)}, or drop --enable-expert-tensor-parallelism.")
     per_stage = cfg.world_size // p.pp
     if per_stage % p.ep:
         raise ConfigError(

@@ -42,7 +42,8 @@ def backward_op(op: Op) -> Op:
         # the CP KV exchange sends K and V and their gradients back; an FP8 TE linear gathers its output gradient
         # quantized, half the bytes of the bf16 reduce-scatter it mirrors (graph/fp8_tags.FP8_PAYLOAD)
         factor = 2.0 if op.name == "attn.cp_kv_exchange" else 0.5 if op.tags.get("bwd_payload") == "fp8" else 1.0
-        return Op(op.name, BWD_COMM_CLASS.get(op.op_class, op.op_class), "bwd", {"bytes": int(op.dims["bytes"] * factor)},
+        op_class = op.tags.get("bwd_class") or BWD_COMM_CLASS.get(op.op_class, op.op_class)  # moe_ops: drop_tokens
+        return Op(op.name, op_class, "bwd", {"bytes": int(op.dims["bytes"] * factor)},
                   op.flops, op.bytes_moved, op.dtype, op.collective, op.tags)
     factor = BWD_FLOP_FACTOR.get(op.op_class, 2.0)
     return Op(op.name, op.op_class, "bwd", op.dims, op.flops * factor, backward_bytes(op, factor), op.dtype, None,
@@ -144,6 +145,8 @@ def sp_gathered_gemm(fwd: list[Op], i: int) -> Op | None:
     a TP all-gather right before a GEMM), else None."""
     op = fwd[i]
     if op.op_class != "allgather" or op.collective is None or op.collective.group != "tp" or op.phase != "fwd":
+        return None
+    if op.tags.get("bwd_class"):  # a gather with a backward of its own (moe_ops.megatron_deepspeed_moe_ops)
         return None
     nxt = fwd[i + 1] if i + 1 < len(fwd) else None
     return nxt if nxt is not None and nxt.op_class == "gemm" and nxt.collective is None else None

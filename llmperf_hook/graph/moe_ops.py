@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from llmperf_hook.graph.layer_ops import (LayerContext, comm, elementwise, gemm, norm, residual, shared_expert_ops,
-                                          tp_enter, tp_exit)
+from llmperf_hook.graph.layer_ops import (IDENTITY_BACKWARD, LayerContext, comm, elementwise, gemm, norm,
+                                          own_grad_allreduce, residual, shared_expert_ops, tp_enter, tp_exit)
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.graph.placement import place_group
 
@@ -120,6 +120,8 @@ def deepspeed_moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
     """DeepSpeed-MoE (Megatron-DeepSpeed) and Hugging Face MoE models: TP gather, router, permute, all-to-all
     of the top-k copies, per-expert GEMMs (expert_ops: sequential), all-to-all, unpermute, TP reduce. Returns
     the ops and the local experts (the expert GEMM group's repeat count)."""
+    if ctx.cfg.framework == "megatron-deepspeed":
+        return megatron_deepspeed_moe_ops(ctx)
     m, p = ctx.cfg.model, ctx.cfg.parallel
     h, topk = m.hidden_size, m.moe_router_topk
     routed = max(1, ctx.tokens * topk * max(1, p.etp) // max(1, p.tp))
@@ -134,6 +136,39 @@ def deepspeed_moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
     ops += [_permute("moe.unpermute", routed, ctx), *tp_exit("moe.tp_reduce", ctx), *shared_expert_ops(ctx),
             residual("moe.residual", ctx)]
     return ops, experts_local
+
+
+def megatron_deepspeed_moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
+    """DeepSpeed's MOELayer.forward as Megatron-DeepSpeed runs it (deepspeed/moe/sharded_moe.py, DeepSpeed 0.19.8;
+    the same since v0.15.0, f5d6c6311 #5626). Every TP rank routes the same n tokens into E x C slots (c = n x k
+    copies). At TP t > 1 drop_tokens keeps this rank's 1/t of the slots (moe/mappings.py: a narrow, no traffic;
+    its backward all-gathers) before the EP all-to-all, and gather_tokens all-gathers the slots over TP after the
+    combine all-to-all (its backward is a narrow). Experts whole (no --enable-expert-tensor-parallelism, etp 1:
+    Column/RowParallelLinear with world_size 1, no TP collective) compute c / t copies at full width. With the
+    flag (etp = t) the slots are re-gathered over TP after the dispatch all-to-all and dropped again before the
+    combine one; the experts compute all c copies ffn / t wide, each ParallelMLP all-reducing its fc2 output over
+    TP (RowParallelLinear reduce_from_tensor_model_parallel_region) and its fc1 input gradient
+    (ColumnParallelLinear copy_to_tensor_model_parallel_region). No TP all-reduce closes the layer: the gathered
+    slots are whole on every TP rank. Each all-gather's backward is tagged as an all-gather (bwd_class): the
+    drop's, priced at the gather's place."""
+    m, p, t = ctx.cfg.model, ctx.cfg.parallel, ctx.tp.group_size
+    h, copies, split = m.hidden_size, ctx.norm_tokens * m.moe_router_topk, p.etp > 1 and t > 1
+    shard_bytes, slot_bytes = copies // t * h * ctx.act_bytes, copies * h * ctx.act_bytes
+    gather = comm("moe.gather_tokens_out", "allgather", slot_bytes, ctx.tp, ctx, bwd_class="allgather")
+    gathers_out = [gather] if t > 1 else []
+    gathers_in = [replace(gather, name="moe.gather_tokens_in")] if split else []
+    a2a = [comm("moe.dispatch_alltoall", "alltoall", shard_bytes, ctx.ep, ctx)] if p.ep > 1 else []
+    experts, local = expert_ops(ctx, copies if split else max(1, copies // t))
+    if split:
+        per_expert = max(1, copies // local)
+        experts = [own_grad_allreduce(op, ctx) if op.name == "moe.expert_fc1" else op for op in experts]
+        # its backward twin is fc1's own grad-input all-reduce (layer_ops.own_grad_allreduce)
+        experts.append(comm("moe.expert_fc2_tp_allreduce", "allreduce", per_expert * h * ctx.act_bytes, ctx.tp, ctx,
+                            backward=IDENTITY_BACKWARD))
+    ops = [norm("moe.norm", ctx), router(ctx), _permute("moe.permute", copies, ctx), *a2a, *gathers_in, *experts,
+           *[replace(op, name="moe.combine_alltoall") for op in a2a], *gathers_out,
+           _permute("moe.unpermute", copies, ctx), *shared_expert_ops(ctx), residual("moe.residual", ctx)]
+    return ops, local
 
 
 def _permute(name: str, copies: int, ctx: LayerContext, unpermute: bool = False) -> Op:

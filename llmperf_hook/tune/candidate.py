@@ -72,7 +72,7 @@ def candidate_of(cfg: TrainingConfig) -> Candidate:
         tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, sequence_parallel=p.sequence_parallel,
         micro_batch_size=cfg.batch.micro_batch_size, recompute=mode, recompute_num_layers=layers,
         distributed_optimizer=cfg.optimizer.distributed_optimizer, zero_stage=cfg.optimizer.zero_stage,
-        ep=p.ep, etp=None if p.etp == p.tp else p.etp,
+        ep=p.ep, etp=None if p.etp == p.tp and p.etp_follows_tp else p.etp,  # Megatron-DeepSpeed: experts stay whole
     )
 
 

@@ -59,8 +59,10 @@ def ep_comm_fwd_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, 
     n = tokens / np.where(cols["sp"] > 0, tp, 1)  # moe_layer.py routes the rank's own sequence shard
     row = m.hidden_size * _ACT_BYTES.get(cfg.precision, 2)
     kind = dispatcher(cfg)
-    if kind == "deepspeed":  # DeepSpeed-MoE: A2A of the k copies over EP (EP ranks etp apart)
-        return 2 * alltoall_s(cluster, n * m.moe_router_topk * row, ep, per_node(ep, etp, gpn))
+    if kind == "deepspeed":  # DeepSpeed-MoE: A2A of the k copies over EP (EP ranks etp apart), of which Megatron-
+        # DeepSpeed's TP ranks each send 1 / TP (drop_tokens, graph/moe_ops.megatron_deepspeed_moe_ops)
+        share = 1 / tp if cfg.framework == "megatron-deepspeed" else 1
+        return 2 * alltoall_s(cluster, n * m.moe_router_topk * row * share, ep, per_node(ep, etp, gpn))
     copies = n * m.moe_router_topk * _copy_share(cfg)
     probs = {"fp32": 4, "fp64": 8}.get(m.moe_dispatch.router_dtype or "", _ACT_BYTES.get(cfg.precision, 2))
     group = etp * ep
