@@ -108,8 +108,9 @@ def not_forwarded_refusal(kind: str) -> str:
             f"(`llmperf tune --apply -- {inside}).")
 
 
-_REDIRECTION = re.compile(r"\s(?:&>|\d?>>?|\||;|&&)")
-"""Where a shell command's own words end: the first redirection, pipe or list operator after the training script."""
+_REDIRECTION = re.compile(r"\s(?:&>|\d?>>?|\||;|&&|#)")
+"""Where a shell command's own words end: the first redirection, pipe, list operator or comment after the training
+script."""
 
 
 def launch_line_hint(argv: Sequence[str], size: tuple[int | None, int | None]) -> str:
@@ -128,8 +129,9 @@ def launch_line_hint(argv: Sequence[str], size: tuple[int | None, int | None]) -
         return ""
     first, last, text = found
     cut = _REDIRECTION.search(text, text.index(name) + len(name))
-    quoted = re.match(r'\s*\w+="', text) is not None and text.rstrip().endswith('"')  # run_cmd="...": inside it
-    end = cut.start() if cut else len(text.rstrip()) - quoted
+    words = text[:cut.start() if cut else len(text)].rstrip()
+    quoted = re.match(r'\s*\w+="', text) is not None and words.endswith('"')  # run_cmd="...": inside its quotes
+    end = len(words) - quoted
     changed = f'{text[:end].rstrip()} "$@"{text[end:]}'
     lines = f"line {first}" if first == last else f"lines {first}-{last} (continuations joined)"
     return f" To pass them on, change {path} {lines} from `{text.strip()}` to `{changed.strip()}`."

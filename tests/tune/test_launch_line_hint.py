@@ -8,6 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from llmperf_hook.tune.script_forward import launch_line_hint
+
 from .helpers import run_cli
 from .test_sed_template_ds_config import SCRIPT, TEMPLATE
 
@@ -31,3 +35,26 @@ def test_refusal_quotes_the_launch_line_and_its_fix(tmp_path: Path, capsys, monk
     (tmp_path / "run.sh").write_text(SCRIPT.replace(hint.group(1), hint.group(2)))
     code, out, err = run_cli(tune, capsys)
     assert code == 0 and "would run: bash run.sh --micro-batch-size 4 --deepspeed_config" in out + err, err
+
+
+MEGATRON_FLAGS = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+                  "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1024")
+
+
+@pytest.mark.parametrize(("lines", "fixed"), [
+    # a trailing quoted argument stays whole: "$@" after it, not inside it (4b2b5426)
+    ([f'deepspeed pretrain_gpt.py {MEGATRON_FLAGS} --name "foo"'],
+     f'deepspeed pretrain_gpt.py {MEGATRON_FLAGS} --name "foo" "$@"'),
+    # a trailing comment ends the command: "$@" inside it would pass nothing on
+    ([f"deepspeed pretrain_gpt.py {MEGATRON_FLAGS}  # launch"],
+     f'deepspeed pretrain_gpt.py {MEGATRON_FLAGS} "$@"  # launch'),
+    # a quoted assignment that eval runs, with a comment after it: "$@" inside the quotes, before the comment
+    ([f'opts="{MEGATRON_FLAGS}"', 'run_cmd="deepspeed pretrain_gpt.py ${opts}"  # the launch', "eval ${run_cmd}"],
+     'run_cmd="deepspeed pretrain_gpt.py ${opts} "$@""  # the launch'),
+])
+def test_the_hint_puts_the_arguments_where_the_shell_passes_them(lines: list[str], fixed: str, tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.sh").write_text("\n".join(["#!/bin/bash", *lines]) + "\n")
+    hint = launch_line_hint(["bash", "run.sh"], (1, 8))
+    assert hint.endswith(f" to `{fixed}`."), hint
