@@ -29,6 +29,17 @@ the testbed's step time reliably enough to correct anything by it.
 - Across 5 full benchmark runs (56 measurements over ~50 minutes, load 2.3-5.8) it followed the slower trend
   partly: within-configuration correlation +0.52, spread 0.051 -> 0.044 normalised.
 So the readings are recorded (profile, run meta records, store) and printed, and nothing is normalised by them.
+The speed probe (instrument/speed_probe.py: the configuration's own GEMMs / layernorm / attention in fp32 and bf16,
+timed by the profile's sampler code) does not track it either, measured on 2026-11-28 (H210, `--drift-check 8
+--drift-configs 1,9 --steps 18`, 18:28-18:59, load 7.9-12.7 from other helpers' tests and benchmarks; rows and logs in
+/work/notes/h210/): step CPU time moved x1.12 (configuration 1, fp32) / x1.15
+(configuration 9, bf16). Read in the ranks after the last step, the probe of the configuration's dtype correlated
++0.56 (fp32) / +0.72 (bf16), the best of all readings with the hook's reference (+0.52 / +0.66), but it moved
+x1.49 / x1.29 itself: normalising by it widened the spread (stdev of log step CPU 0.040 -> 0.105, 0.050 -> 0.061);
+the probe read in the benchmark's process: 0.091 / 0.050. The slope of log step time on log probe is 0.2-0.4,
+not 1, and even that slope fitted in-sample cut the spread by 15-40 % only (0.040 -> 0.033, 0.050 -> 0.035). The
+drift under load was not dtype-specific (the in-job fp32 probe tracked the bf16 configuration best, +0.80). So the
+probe is read only where LLMPERF_SPEED_PROBE asks for it (the drift check) and nothing is normalised by it.
 
 The workload (WORKLOAD), one thread, fp32, process CPU time (the thread's own work, not the time it waited for
 a core someone else held), each part the median of PART_REPS repetitions after one warm-up:

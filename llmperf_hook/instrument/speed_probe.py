@@ -6,8 +6,11 @@ track the CPU testbed's drift between runs (correlation +0.06..+0.52), and last 
 (every fp32 configuration 20-35 % faster after the first pass, bf16 ones not). A probe of the step's own shapes in
 the step's dtype, timed the way the profile's op samples are, is the candidate that could: it measures what the
 profile measured, so a ratio of two probe readings is the ratio by which the profile's samples would have moved.
-Whether it tracks is measured by benchmarks/bench_cpu_testbed.py --drift-check (findings in its module docstring
-and benchmarks/results/cpu_testbed_history.md).
+Whether it tracks is measured by benchmarks/bench_cpu_testbed.py --drift-check. Measured on 28 Nov 2026 at load
+8-13 (instrument/reference_speed.py's docstring, benchmarks/results/cpu_testbed_history.md): it correlates best of all
+readings when read in the ranks (+0.56 fp32, +0.72 bf16) but moves 1.3-1.5x more than the step time, so normalising
+by it widens the spread; nothing is normalised by it. A reading costs ~50 ms of CPU for fp32 shapes of hidden 256,
+~1 s for bf16 ones on an AVX2-only EPYC (ATen's bf16 GEMM fallback).
 
 Shapes (ProbeShape) of one transformer layer of a GPT with `hidden` h, `heads`, `seq` s, micro-batch b
 (tokens t = b s): the QKV GEMM (m = t, n = 3h, k = h) forward and backward, the MLP's first GEMM (n = 4h) forward,
