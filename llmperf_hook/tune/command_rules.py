@@ -38,6 +38,10 @@ framework refuses that candidate's command):
   layout to (_kept_size_masks).
 - --cp-comm-type a2a: Transformer Engine's all-to-all attention needs each TP rank's query and key/value heads to
   divide by the all-to-all group (frameworks/megatron_rules._check_a2a_heads).
+- --optimizer muon / dist_muon: no distributed optimizer (core_v0.16 / 0.17 validate_args assert it; core_v0.18.0 on
+  run it layer-wise, so a command that already gives --use-distributed-optimizer is not held to it).
+- --export-kd-teacher-load: no interleaved schedule at PP > 1 (ModelOpt's builder asserts it,
+  frameworks/megatron_unpriced_layers.check_distillation).
 """
 
 from __future__ import annotations
@@ -83,7 +87,8 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str], world_si
         flags = parse_flags(script_args, SCRIPT_FLAGS)
         if flags.get("defer_embedding_wgrad_compute"):
             fns.append(lambda cols: {DEFERRED_WGRAD_RULE: cols["pp"] == 1})
-        if "muon" in str(flags.get("optimizer", "")):  # frameworks/megatron_validate_args._check_muon
+        if flags.get("optimizer") in ("muon", "dist_muon") and not flags.get("use_distributed_optimizer"):
+            # megatron_validate_args._check_muon; a command with it already runs core_v0.18.0 or later
             fns.append(lambda cols: {MUON_DISTOPT_RULE: cols["distopt"] == 1})
         if any(w.split("=")[0] == "--export-kd-teacher-load" for w in script_args):  # megatron_unpriced_layers
             fns.append(lambda cols: {DISTILL_VPP_RULE: (cols["pp"] > 1) & (cols["vpp"] > 1)})

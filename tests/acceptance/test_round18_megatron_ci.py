@@ -198,3 +198,25 @@ def test_tune_keeps_distillation_uninterleaved() -> None:
                                                         "mbs": [1] * 3, "distopt": [1] * 3}.items()}
     masks = command_rule_masks(cfg, launch[5:])(cols)
     assert masks[DISTILL_VPP_RULE].tolist() == [True, False, False]
+
+
+@pytest.mark.parametrize(("extra", "pruned"), [
+    ([], True), (["--optimizer", "dist_muon"], True),
+    (["--use-distributed-optimizer"], False),  # the user's release runs it: core_v0.18.0 or later
+    (["--optimizer", "adaptive_muon"], False)])  # core_v0.18.0 on only, where no release asserts it
+def test_tune_muon_rule_follows_the_command(extra: list[str], pruned: bool) -> None:
+    """MUON_DISTOPT_RULE keeps muon / dist_muon candidates off the distributed optimizer, which only core_v0.16 / 0.17
+    refuse; a command that already runs muon with it shows a later release, and adaptive_muon has none of the older
+    asserts: no rule for either (it had dropped --use-distributed-optimizer from every candidate)."""
+    import numpy as np
+
+    from llmperf_hook.frameworks.resolve import resolve_job
+    from llmperf_hook.tune.command_rules import MUON_DISTOPT_RULE, command_rule_masks
+
+    launch = _launch("muon_excerpt.yaml", *extra)
+    _, cfg = resolve_job(launch, {})
+    cols = {name: np.array(values) for name, values in {"tp": [1, 1], "pp": [1, 1], "vpp": [1, 1], "cp": [1, 1],
+                                                        "mbs": [4, 4], "distopt": [0, 1]}.items()}
+    masks = command_rule_masks(cfg, launch[5:])(cols)
+    assert (masks[MUON_DISTOPT_RULE].tolist() if MUON_DISTOPT_RULE in masks else None) == (
+        [False, True] if pruned else None)
