@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
-from llmperf_hook.profile.machine_identity import boot_id, host_identity, same_host
+from llmperf_hook.profile.machine_identity import boot_id, host_identity, pid_namespace, same_host
 
 SCHEDULER_IDS = (("SLURM_JOB_ID", "slurm", "SLURM_STEP_ID"), ("PBS_JOBID", "pbs", ""),
                  ("LSB_JOBID", "lsf", "LSB_JOBINDEX"), ("FLUX_JOB_ID", "flux", ""))
@@ -222,7 +222,8 @@ def _state(record: Mapping[str, Any], now_s: float) -> str:
     if "ended_unix_s" in record:
         return "ended"
     pid = record.get("pid")
-    if not same_host(_record_host(record)) or not isinstance(pid, int):
+    if not same_host(_record_host(record)) or not isinstance(pid, int) or record.get("pid_namespace") not in (
+            None, pid_namespace()):  # another container on this kernel: its pids are not ours
         touched = record.get("touched_unix_s")
         return "stale" if isinstance(touched, float) and now_s - touched > STALE_AFTER_S else "running"
     try:
@@ -366,7 +367,8 @@ def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Seq
         if not joined:
             prepare(job_id)
         node_file.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(node_file, {"hostname": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
+        _write_json(node_file, {"hostname": socket.gethostname(), "boot_id": boot_id(),
+                                "pid_namespace": pid_namespace() or None, "pid": os.getpid(),
                                 "pid_start_ticks": process_start_ticks(os.getpid()), "part": part,
                                 "command": command, "started_unix_s": time.time()})
     return NodeSession(job_id, node_file, joined)
@@ -391,7 +393,8 @@ def end_node(node: NodeSession, exit_code: int) -> list[str]:
         try:
             record = json.loads(node.node_file.read_text())
         except (OSError, ValueError):
-            record = {"hostname": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid()}
+            record = {"hostname": socket.gethostname(), "boot_id": boot_id(), "pid_namespace": pid_namespace() or None,
+                      "pid": os.getpid()}
         _write_json(node.node_file, {**record, "exit_code": exit_code, "ended_unix_s": time.time()})
         now_s = _filesystem_now(job_dir.parent)
         return sorted({str(r.get("hostname")) for r in _node_records(job_dir) if _running(r, now_s)})

@@ -9,6 +9,7 @@ when the host name (outside containers) stays. So a file measured here is known 
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -47,3 +48,12 @@ def same_host(identity: str, other: str | None = None) -> bool:
     other_name, _, other_boot = (host_identity() if other is None else other).partition("/")
     return name == other_name and (not boot or not other_boot or boot == other_boot)
 
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (`pid:[inode]`, Linux namespaces(7)), "" where there is none: containers on one
+    kernel share its boot id, and may share a host name (`docker run --hostname`), but not their pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.instrument.shared_job import SharedId, session_states, start_or_join
-from llmperf_hook.profile.machine_identity import boot_id, host_identity, same_host
+from llmperf_hook.profile.machine_identity import boot_id, host_identity, pid_namespace, same_host
 
 SETTINGS = {"steps": 5, "profile_ops": 0, "stop_after": None}
 NODE = ["torchrun", "--nnodes", "2", "--node-rank", "0", "--master-addr", "n1", "train.py"]
@@ -30,6 +30,22 @@ def test_a_session_of_another_machine_with_this_name_is_not_dead_here(boot: str 
     given = {"another-kernel": {"boot_id": "another-kernel"}, None: {}, "mine": {"boot_id": boot_id()}}[boot]
     node.node_file.write_text(json.dumps({**record, **given, "pid": GONE_PID, "pid_start_ticks": None}))
     assert [s.state for s in session_states(tmp_path / "jobs" / node.job_id)] == [state]
+
+
+def test_a_session_in_another_pid_namespace_of_this_host_is_not_dead_here(tmp_path: Path) -> None:
+    """Two containers of one fixed host name on one kernel (same boot id) see other pids: a session recorded in
+    another pid namespace is not looked up here (R94: its live session was counted dead at once). A record without
+    a namespace (older) is looked up, as before."""
+    node = start_or_join(tmp_path, "own-1", SharedId("slurm-11", "test"), NODE, {}, SETTINGS, tmp_path / "s.sqlite")
+    record = json.loads(node.node_file.read_text())
+    if not pid_namespace():
+        pytest.skip("no pid namespace here")
+    assert record.get("pid_namespace") == pid_namespace()
+    for namespace, state in (("pid:[1]", "running"), (None, "dead")):
+        given = {"pid_namespace": namespace} if namespace else {}
+        kept = {k: v for k, v in record.items() if k != "pid_namespace"}
+        node.node_file.write_text(json.dumps({**kept, **given, "pid": GONE_PID, "pid_start_ticks": None}))
+        assert [s.state for s in session_states(tmp_path / "jobs" / node.job_id)] == [state]
 
 
 def test_a_claim_of_the_same_path_by_another_machine_with_this_name_is_elsewhere(tmp_path: Path) -> None:
