@@ -36,6 +36,11 @@ ZERO_SUPPORTED = frozenset({"adam", "adamw", "adagrad", "lion", "muon"})
 """Section types whose built optimizer is in ZERO_SUPPORTED_OPTIMIZERS (torch.optim.Adam / AdamW / Adagrad by name
 too: the lower-cased names are the same)."""
 COMPRESSED = frozenset({"onebitadam", "zerooneadam", "onebitlamb"})
+TORCH_SPELLING = {name.lower(): name for name in ("SGD", "RMSprop", "Adamax", "NAdam", "RAdam", "Adadelta", "ASGD",
+                                                  "Rprop", "SparseAdam", "LBFGS", "Adafactor")}
+"""torch.optim classes that are not DeepSpeed's own names (runtime/config.py DEEPSPEED_OPTIMIZERS: adagrad, adam, adamw,
+lamb, lion, muon, mu*; those are lower-cased, any case works), by lower-case name: DeepSpeed builds them as
+getattr(torch.optim, type) with the type as written (engine.py _configure_basic_optimizer)."""
 ZERO_SUPPORTED_CLASSES = frozenset({"Adam", "AdamW", "Adagrad", "FusedAdam", "DeepSpeedCPUAdam", "ZenFlowCPUAdam",
                                     "DeepSpeedCPUAdagrad", "DeepSpeedCPULion", "FusedLion", "MuonWithAuxAdam"})
 """zero/utils.py ZERO_SUPPORTED_OPTIMIZERS, by class name."""
@@ -67,6 +72,11 @@ def optimizer_settings(raw: dict[str, Any], zero_stage: Any, origin: str, src: d
         return {}
     given = section["type"]
     kind = given.lower()
+    if kind in TORCH_SPELLING and given != TORCH_SPELLING[kind]:
+        raise ConfigError(f"{origin} optimizer.type {given!r}: DeepSpeed lower-cases only its own optimizer names and "
+                          "looks any other up in torch.optim as written, so deepspeed.initialize asserts "
+                          f"'{given} is not a supported DeepSpeed Optimizer' (engine.py _do_optimizer_sanity_check). "
+                          f"Write \"type\": \"{TORCH_SPELLING[kind]}\".")
     zero = isinstance(zero_stage, int) and zero_stage >= 1
     if zero and kind not in ZERO_SUPPORTED and not _untested_ok(raw, origin):
         raise ConfigError(f"{origin} optimizer.type {given!r} with ZeRO stage {zero_stage}: the optimizer DeepSpeed "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 from llmperf_hook.graph.step_ops import adam_bytes_per_param
 from llmperf_hook.schedule.optimizer_state import optimizer_bytes_per_param
@@ -53,3 +54,22 @@ def test_deepspeed_sgd_section_keeps_a_buffer_only_with_momentum(params: dict, s
     _, cfg = resolve_job(TRAINER, {}, JobOverrides(model="llama2-7b"))
     assert optimizer_bytes_per_param(cfg) == state_bytes  # fp32 master (BF16_Optimizer) + the momentum buffer if any
     assert adam_bytes_per_param(cfg)[0] == step_bytes
+
+
+@pytest.mark.parametrize(("given", "spelled"), [("sgd", "SGD"), ("Sgd", "SGD"), ("rmsprop", "RMSprop")])
+def test_a_torch_optimizer_spelled_otherwise_is_refused_as_deepspeed_does(given: str, spelled: str, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    """DeepSpeed lower-cases only its own optimizer names (runtime/config.py: DEEPSPEED_OPTIMIZERS); any other type is
+    getattr(torch.optim, type) as written, and _do_optimizer_sanity_check asserts "sgd is not a supported DeepSpeed
+    Optimizer" for a lower-case "sgd". Adam / AdamW / Adagrad are DeepSpeed's names, any case."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 0}, "optimizer": {"type": given, "params": {"lr": 0.1}}}))
+    with pytest.raises(ConfigError, match=f"not a supported DeepSpeed Optimizer.*\"type\": \"{spelled}\"") as err:
+        resolve_job(TRAINER, {}, JobOverrides(model="llama2-7b"))
+    assert err.value.exit_code == 2
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 0}, "optimizer": {"type": "ADAMW", "params": {"lr": 0.1}}}))
+    assert resolve_job(TRAINER, {}, JobOverrides(model="llama2-7b"))[1].optimizer.name == "adam"
