@@ -248,8 +248,11 @@ def survey(git_dir: str, ref: str, cases: list[str], cluster: str = "dgx-h100") 
     for spec in cases:
         name, nodes, extra = (spec.split("@") + ["", ""])[:3]
         path = f"{ref}:tests/functional_tests/test_cases/{name}/model_config.yaml"
-        text = subprocess.run(["git", "-C", git_dir, "show", path], capture_output=True, text=True, check=True).stdout
-        case = parse_ci_config(text)
+        shown = subprocess.run(["git", "-C", git_dir, "show", path], capture_output=True, text=True)
+        if shown.returncode:
+            print(f"{spec}\tnot found: {_first_line(shown.stderr)}", flush=True)
+            continue
+        case = parse_ci_config(shown.stdout)
         env = {**os.environ, **dict(case.env)}
         launch = torchrun_argv(case, nnodes=int(nodes or 1)) + [w for w in extra.split(",") if w]
         codes, notes = [], []
@@ -263,6 +266,10 @@ def survey(git_dir: str, ref: str, cases: list[str], cluster: str = "dgx-h100") 
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 4 or (sys.argv[1] == "--golden" and len(sys.argv) < 5):
+        print("usage: megatron_ci_configs.py [--golden] MIRROR_GIT_DIR REF CASE... (CASE: gpt/<case>, "
+              "moe/<case>@NNODES@EXTRA,WORDS; see the module docstring)", file=sys.stderr)
+        sys.exit(2)
     if sys.argv[1] == "--golden":
         compare_golden(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
