@@ -23,7 +23,8 @@ from llmperf_hook.frameworks.deepspeed_nvme import (nvme_warnings, optimizer_buf
                                                   param_buffer_elems, param_max_in_cpu_elems)
 from llmperf_hook.frameworks.deepspeed_optimizer import client_optimizer_settings, optimizer_settings
 from llmperf_hook.frameworks.deepspeed_release import TODAYS_RELEASE, JobRelease
-from llmperf_hook.frameworks.deepspeed_schema import STAGE3_ALIASES, check_sections, check_zero_section
+from llmperf_hook.frameworks.deepspeed_schema import (STAGE3_ALIASES, check_sections, check_zero_section,
+                                                       precision_section)
 from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, memory_efficient_linear, step_key_warnings
 from llmperf_hook.frameworks.deepspeed_values import ds_bool, pydantic_int
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
@@ -156,6 +157,10 @@ def _offload_pin_memory(raw: dict[str, Any], section: str, origin: str) -> bool 
     return _bool(offload["pin_memory"], f"zero_optimization.{section}.pin_memory", origin)
 
 
+def _deprecated_on(zero: dict[str, Any], key: str) -> bool:
+    return zero.get(key) not in (None, AUTO) and ds_bool(zero[key], f"zero_optimization.{key}", "")
+
+
 def _enabled(section: Any, key: str, origin: str) -> bool | str:
     if isinstance(section, dict):
         value = section.get("enabled", False)
@@ -180,8 +185,9 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
     if out["zero_stage"] not in (0, 1, 2, 3, AUTO):
         raise ConfigError(f"{origin} zero_optimization.stage is {out['zero_stage']}; DeepSpeed's ZeroStageEnum accepts 0, 1, 2 "
                           "or 3. Pick one of them.")
-    out["offload_optimizer"] = "cpu" if zero.get("cpu_offload") else _device(zero.get("offload_optimizer"))
-    out["offload_param"] = "cpu" if zero.get("cpu_offload_param") else _device(zero.get("offload_param"))
+    # the deprecated cpu_offload / cpu_offload_param (pydantic bools, checked above; "auto" dropped) set a CPU offload
+    out["offload_optimizer"] = "cpu" if _deprecated_on(zero, "cpu_offload") else _device(zero.get("offload_optimizer"))
+    out["offload_param"] = "cpu" if _deprecated_on(zero, "cpu_offload_param") else _device(zero.get("offload_param"))
     # DeepSpeedConfigModel drops "auto" values before validation: the key takes DeepSpeed's default.
     if zero.get("overlap_comm", AUTO) != AUTO:
         out["overlap_comm"] = _bool(zero["overlap_comm"], "zero_optimization.overlap_comm", origin)
@@ -216,7 +222,7 @@ def _batch_and_precision(raw: dict[str, Any], origin: str, src: dict[str, Source
             out[dest] = _num(raw[key], key, origin)
             src[dest] = Source(SourceKind.CONFIG_FILE, f"{origin} {key}")
     out["fp16"] = _enabled(raw.get("fp16"), "fp16", origin)
-    out["bf16"] = _enabled(raw.get("bf16", raw.get("bfloat16")), "bf16", origin)
+    out["bf16"] = _enabled(precision_section(raw, "bf16"), "bf16", origin)
     if out["fp16"] is True and out["bf16"] is True:
         raise ConfigError(f"{origin} enables both fp16 and bf16; DeepSpeed rejects it ('bfloat16 and fp16 modes cannot be "
                           "simultaneously enabled'). Keep one.")
@@ -235,10 +241,13 @@ def _batch_and_precision(raw: dict[str, Any], origin: str, src: dict[str, Source
     return out
 
 
-# deepspeed/runtime/config.py get_torch_autocast_dtype -> DtypeEnum spellings; torch.autocast's CUDA default is fp16.
-_AUTOCAST_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "bfloat": "bf16", "torch.bfloat16": "bf16", "fp16": "fp16",
-                    "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "fp32": "fp32", "float32": "fp32",
-                    "float": "fp32", "torch.float32": "fp32"}
+# deepspeed/runtime/config.py get_torch_autocast_dtype -> DtypeEnum(value), matched exactly (case-sensitive); the
+# engine passes the dtype to torch.autocast, which disables itself for any dtype but bf16 / fp16 on CUDA ('In CUDA
+# autocast, but the target dtype is not supported. Disabling autocast.', torch/amp/autocast_mode.py): fp32 and int8
+# run in fp32. torch.autocast's CUDA default (no dtype) is fp16.
+_AUTOCAST_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16", "fp16": "fp16", "float16": "fp16",
+                    "half": "fp16", "torch.float16": "fp16", "fp32": "fp32", "float32": "fp32", "float": "fp32",
+                    "torch.float32": "fp32", "int8": "fp32", "torch.int8": "fp32"}
 
 
 def _autocast(section: Any, origin: str) -> str | None:
@@ -247,10 +256,11 @@ def _autocast(section: Any, origin: str) -> str | None:
     dtype = section.get("dtype")
     if dtype is None:
         return "fp16"
-    if str(dtype).lower() not in _AUTOCAST_DTYPES:
-        raise ConfigError(f"{origin} torch_autocast.dtype {dtype!r} is not a dtype DeepSpeed knows ('Invalid dtype for "
-                          "torch autocast'); use \"bfloat16\" or \"float16\".")
-    return _AUTOCAST_DTYPES[str(dtype).lower()]
+    if not isinstance(dtype, str) or dtype not in _AUTOCAST_DTYPES:
+        raise ConfigError(f"{origin} torch_autocast.dtype {dtype!r} is not a dtype DeepSpeed knows (DtypeEnum raises "
+                          f"\"{dtype!r} is not a valid DtypeEnum\"; the names are case-sensitive); use \"bfloat16\" or "
+                          "\"float16\".")
+    return _AUTOCAST_DTYPES[dtype]
 
 
 def _clip(value: Any, origin: str) -> float | str:

@@ -108,9 +108,14 @@ def schema_release(env: Mapping[str, str]) -> JobRelease:
     return JobRelease(*job_release(env))
 
 
+LOSS_SCALE_CHECK_VERSION: Version = (0, 18, 8)
+"""First release whose DeepSpeedFP16Config refuses a negative, non-finite or boolean fp16.loss_scale, enabled or not
+(precision_config.py _validate_loss_scale: 'fp16.loss_scale must be >= 0 (0 enables dynamic loss scaling)'; 63eeb114b,
+#7889, 2026-03-13; tag v0.18.8 contains it, v0.18.7 does not)."""
 DYNAMIC_SCALE_CHECK_VERSION: Version = (0, 19, 3)
-"""First release whose DeepSpeedFP16Config refuses loss_scale_window / min_loss_scale <= 0 (or a bool) under
-dynamic loss scaling (ded23491c, #8050, 2026-06-22; tag v0.19.3 contains it, v0.19.2 does not)."""
+"""First release whose DeepSpeedFP16Config refuses loss_scale_window / min_loss_scale <= 0 under dynamic loss
+scaling, and a bool or non-integer there whatever the mode (_reject_non_integer_scale_params; ded23491c, #8050,
+2026-06-22; tag v0.19.3 contains it, v0.19.2 does not)."""
 ALLREDUCE_OP_VERSION: Version = (0, 19, 6)
 """First release that reads gradient_allreduce_op (1cae4920e, #8232, 2026-08-15: after v0.19.5, version.txt 0.19.6).
 Before it DeepSpeedConfig never looks at the key (unknown top-level keys are ignored): gradients are averaged."""

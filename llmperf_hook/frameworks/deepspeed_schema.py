@@ -17,7 +17,8 @@ import difflib
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.deepspeed_release import DYNAMIC_SCALE_CHECK_VERSION, TODAYS_RELEASE, JobRelease, Version
+from llmperf_hook.frameworks.deepspeed_release import (DYNAMIC_SCALE_CHECK_VERSION, LOSS_SCALE_CHECK_VERSION,
+                                                        TODAYS_RELEASE, JobRelease, Version)
 # Value readers used here and by the other ds_config modules (deepspeed_nvme, deepspeed_step_keys, deepspeed_optimizer
 # import them through this module).
 from llmperf_hook.frameworks.deepspeed_values import AUTO, ds_bool, pydantic_float, pydantic_int
@@ -92,6 +93,25 @@ MONITOR_KEYS = {
 }
 """deepspeed/monitor/config.py TensorBoardConfig, CSVConfig, WandbConfig, CometConfig."""
 
+OTHER_SECTION_KEYS = {
+    ("compile",): ("CompileConfig", frozenset("""autoep_non_moe debug_log deepcompile double_buffer free_activation
+        free_activation_threshold keep_all_input_tensors keep_int_input_tensors offload_activation
+        offload_activation_pin_memory offload_opt_states offload_parameters passes symmetric_memory sync_after_allgather
+        sync_after_reduce sync_before_allgather sync_before_reduce""".split())),
+    ("comms_logger",): ("CommsLoggerConfig", frozenset("debug enabled prof_all prof_ops verbose".split())),
+    ("timers", "throughput"): ("DeepSpeedThroughputTimerConfig", frozenset({"enabled", "synchronized"})),
+    ("hybrid_engine",): ("HybridEngineConfig", frozenset("""enable_cuda_graph enabled inference_tp_size max_out_tokens
+        pin_parameters release_inference_cache tp_gather_partition_size""".split())),
+    ("weight_quantization",): ("WeightQuantConfig", frozenset(
+        "enabled num_bits post_init_quant q_groups q_type quantized_initialization".split())),
+    ("tensor_parallel",): ("TPTrainingConfig", frozenset("""autotp_size dtype injection_policy_tuple keep_module_on_host
+        kernel_inject partition_config preset_model replace_with_kernel_inject tensor_parallel tp tp_overlap_comm
+        vocab_parallel_ce_backend vocab_parallel_lm_head""".split())),
+}
+"""The other top-level sections DeepSpeedConfig builds as pydantic models with extra keys forbidden (compile/config.py,
+comm/config.py, utils/config.py get_timers_config, runtime/config.py HybridEngineConfig, inference/config.py,
+runtime/tensor_parallel/config.py): their fields in 0.19.6 and 0.19.8 together (the mirror's and the venv's)."""
+
 COMM_DTYPES = ("fp16", "bf16", "fp32")
 """config.py get_communication_data_type: the value, lower-cased, must be one of these."""
 
@@ -156,9 +176,34 @@ def _offload(section: Any, key: str, origin: str) -> None:
             _int_field(section[name], f"zero_optimization.{key}.{name}", origin, (0, False))
 
 
+DEPRECATED_ZERO_KEYS: dict[str, tuple[str, ...]] = {
+    "cpu_offload": ("offload_optimizer",), "cpu_offload_param": ("offload_param",),
+    "stage3_gather_fp16_weights_on_model_save": ("gather_16bit_weights_on_model_save",
+                                                 "stage3_gather_16bit_weights_on_model_save")}
+"""zero/config.py's deprecated fields and the field each sets (json_schema_extra new_param; the replacing field by its
+name or its stage3_ alias)."""
+
+
+def _deprecated_zero_keys(zero: dict[str, Any], origin: str) -> None:
+    """config_utils.py DeepSpeedConfigModel._process_deprecated_field: a deprecated key set together with the field it
+    replaces fails the assert 'Cannot provide deprecated parameter ... and replacing parameter ... together' (any
+    value, false or null too; "auto" values were dropped first). Each deprecated key is a pydantic Optional[bool]."""
+    given = {key for key, value in zero.items() if value != AUTO}
+    for old, new in DEPRECATED_ZERO_KEYS.items():
+        clash = next((key for key in new if key in given), None)
+        if old in given and clash:
+            raise ConfigError(f"{origin} zero_optimization gives the deprecated {old} together with {clash}; DeepSpeed "
+                              f"asserts 'Cannot provide deprecated parameter '{old}' and replacing parameter "
+                              f"'{new[0]}' together' (config_utils.py _process_deprecated_field). Keep {clash} and "
+                              f"drop {old}.")
+        if old in given and zero[old] is not None:
+            ds_bool(zero[old], f"zero_optimization.{old}", origin)
+
+
 def check_zero_section(zero: dict[str, Any], origin: str, release: JobRelease = TODAYS_RELEASE) -> None:
-    """DeepSpeedZeroConfig of the job's `release`: known keys, integer bounds, offload sub-models."""
+    """DeepSpeedZeroConfig of the job's `release`: known keys, deprecated keys, integer bounds, offload sub-models."""
     _unknown_keys(zero, ZERO_KEYS, "zero_optimization", origin, "DeepSpeedZeroConfig")
+    _deprecated_zero_keys(zero, origin)
     newer = sorted(key for key, since in NEWER_ZERO_KEYS.items() if key in zero and not release.has(since))
     if newer:
         raise ConfigError(f"{origin} zero_optimization has {', '.join(newer)}, which DeepSpeedZeroConfig knows from "
@@ -177,11 +222,29 @@ def check_zero_section(zero: dict[str, Any], origin: str, release: JobRelease = 
         _offload(zero.get(key), key, origin)
 
 
-def _precision_types(section: dict[str, Any], key: str, origin: str, model: str) -> None:
+def _fp16_validators(field: str, value: Any, origin: str, release: JobRelease) -> None:
+    """DeepSpeedFP16Config's field validators, which run whether fp16 is enabled or not (precision_config.py
+    _validate_loss_scale from LOSS_SCALE_CHECK_VERSION, _reject_non_integer_scale_params from
+    DYNAMIC_SCALE_CHECK_VERSION); "auto" was dropped first."""
+    number = pydantic_float(value)
+    if field == "loss_scale" and number is not None and number < 0 and release.has(LOSS_SCALE_CHECK_VERSION):
+        raise ConfigError(f"{origin} fp16.loss_scale is {value!r}; DeepSpeedFP16Config raises 'fp16.loss_scale must "
+                          f"be >= 0 (0 enables dynamic loss scaling)' from v0.18.8 on (63eeb114b), and the job runs "
+                          f"{release.named()}. Give 0 (dynamic) or a positive static scale such as 128.")
+    if field in ("loss_scale_window", "min_loss_scale") and isinstance(value, bool) and release.has(
+            DYNAMIC_SCALE_CHECK_VERSION):
+        raise ConfigError(f"{origin} fp16.{field} is {value!r} (fp16 enabled or not): DeepSpeedFP16Config raises "
+                          f"'fp16.{field} must be an integer, not bool' from v0.19.3 on (ded23491c), and the job runs "
+                          f"{release.named()}. Give an integer or drop the key.")
+
+
+def _precision_types(section: dict[str, Any], key: str, origin: str, model: str, release: JobRelease) -> None:
     """fp16 / bf16 values of the type their pydantic model declares ("auto" is dropped first)."""
     for field, value in section.items():
         if value == AUTO:
             continue
+        if key == "fp16":
+            _fp16_validators(field, value, origin, release)
         kind = PRECISION_TYPES.get(field, bool)
         if kind is bool:
             ds_bool(value, f"{key}.{field}", origin)
@@ -219,28 +282,74 @@ def _dynamic_loss_scale(section: dict[str, Any], origin: str, release: JobReleas
                               "overflow. Give a positive integer (DeepSpeed's default: 1000) or drop the key.")
 
 
+def precision_key(raw: dict[str, Any], name: str) -> str | None:
+    """The key DeepSpeed builds the fp16 / bf16 section from (precision_config.py get_float16_config /
+    get_bfloat16_config): "fp16"; "bf16" unless it is absent or null, then "bfloat16". None: no such key, the
+    section's defaults."""
+    if name == "bf16" and raw.get("bf16") is None:
+        return "bfloat16" if "bfloat16" in raw else None
+    return name if name in raw else None
+
+
+def precision_section(raw: dict[str, Any], name: str) -> Any:
+    """That section's value as DeepSpeed reads it ({} when absent)."""
+    key = precision_key(raw, name)
+    return {} if key is None else raw[key]
+
+
 def check_sections(raw: dict[str, Any], origin: str, release: JobRelease = TODAYS_RELEASE) -> None:
     """fp16/bf16 and monitor sections as DeepSpeed's models (of the job's `release`) read them;
     communication_data_type's choices."""
     for name, known in PRECISION_KEYS.items():
-        key = "bfloat16" if name == "bf16" and "bf16" not in raw and "bfloat16" in raw else name
-        section = raw.get(key)
-        if section is None:
+        key = precision_key(raw, name)
+        if key is None:
             continue
+        section = raw[key]
         if not isinstance(section, dict):
             raise ConfigError(f"{origin} {key} is {section!r}; DeepSpeed builds the section with "
                               f"DeepSpeed{name.upper()}Config(**{key}) and fails on anything but an object. Write "
                               f"\"{key}\": {{\"enabled\": true}}.")
         _unknown_keys(section, known, key, origin, f"DeepSpeed{name.upper()}Config")
-        _precision_types(section, key, origin, f"DeepSpeed{name.upper()}Config")
+        _precision_types(section, key, origin, f"DeepSpeed{name.upper()}Config", release)
         if name == "fp16":
             _dynamic_loss_scale(section, origin, release)
     for name, known in MONITOR_KEYS.items():
         section = raw.get(name)
         if isinstance(section, dict):
             _unknown_keys(section, known, name, origin, "DeepSpeedMonitorConfig")
+    for path, (model, known) in OTHER_SECTION_KEYS.items():
+        section = raw.get(path[0])
+        section = section.get(path[1]) if len(path) > 1 and isinstance(section, dict) else section
+        if isinstance(section, dict):
+            _unknown_keys(section, known, ".".join(path), origin, model)
+    _checkpoint_section(raw, origin, release)
     for key in ("communication_data_type", "seq_parallel_communication_data_type"):
         value = raw.get(key)
         if value is not None and (not isinstance(value, str) or value.lower() not in COMM_DTYPES):
             raise ConfigError(f"{origin} {key} is {value!r}; DeepSpeed accepts \"fp16\", \"bf16\" or \"fp32\" ('Invalid "
                               "communication_data_type'). Use one of them or leave the key out.")
+
+
+TAG_VALIDATION_MODES = ("WARN", "IGNORE", "FAIL")
+"""runtime/config.py get_checkpoint_tag_validation_mode: checkpoint.tag_validation, upper-cased, is one of these."""
+KEEP_IN_FP32_VERSION: Version = (0, 19, 7)
+"""data_types.keep_in_fp32_modules: read (and its type checked) by the installed 0.19.8, unknown to the mirror's 0.19.6;
+0.19.7 is not available here and is taken as reading it (as NEWER_ZERO_KEYS)."""
+
+
+def _checkpoint_section(raw: dict[str, Any], origin: str, release: JobRelease) -> None:
+    """The raw-read checks DeepSpeedConfig._initialize_params makes on checkpoint and data_types."""
+    checkpoint = raw.get("checkpoint")
+    mode = checkpoint.get("tag_validation", "WARN") if isinstance(checkpoint, dict) else "WARN"
+    if not isinstance(mode, str) or mode.upper() not in TAG_VALIDATION_MODES:
+        raise ConfigError(f"{origin} checkpoint.tag_validation is {mode!r}; DeepSpeedConfig raises 'Checkpoint "
+                          "config contains invalid tag_validation value of ..., expecting one of "
+                          f"{list(TAG_VALIDATION_MODES)}' "
+                          "(an AttributeError for a non-string). Use \"Warn\", \"Ignore\" or \"Fail\".")
+    types = raw.get("data_types")
+    keep = types.get("keep_in_fp32_modules", AUTO) if isinstance(types, dict) else AUTO
+    if keep != AUTO and release.has(KEEP_IN_FP32_VERSION) and not (
+            isinstance(keep, list) and all(isinstance(name, str) for name in keep)):
+        raise ConfigError(f"{origin} data_types.keep_in_fp32_modules is {keep!r}; DeepSpeedConfig raises "
+                          "'data_types.keep_in_fp32_modules must be \"auto\" or a list of name patterns' (0.19.7 or "
+                          f"later; the job runs {release.named()}). Write a list such as [\"norm\"].")

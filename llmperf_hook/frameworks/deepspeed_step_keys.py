@@ -17,10 +17,11 @@ all-reduce.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.deepspeed_schema import AUTO, ds_bool, pydantic_int
+from llmperf_hook.frameworks.deepspeed_schema import AUTO, ds_bool, precision_section, pydantic_int
 
 ZERO_KEYS: dict[str, tuple[Any, str]] = {
     "memory_efficient_linear": (True, "ZeRO-3 leaves torch.nn.functional.linear in place (zero.Init does not "
@@ -118,9 +119,41 @@ def _top_level_warnings(raw: dict[str, Any], origin: str) -> list[str]:
         out.append(f"{origin} comms_logger present: DeepSpeed turns its comms logger on whenever the section exists "
                    f"(its enabled = {logger.get('enabled', False)!r} is validated but not read) and synchronizes the "
                    "device after every collective, which serializes communication with compute; not modelled")
+    out.extend(_auto_parallel_warnings(raw, origin) + _near_miss_warnings(raw, origin))
     if raw.get("memory_breakdown", False):
         out.append(f"{origin} memory_breakdown = {raw['memory_breakdown']!r} (read raw: true): gc.collect() and memory "
                    "reports on rank 0 around every forward and backward not timed")
+    return out
+
+
+_PRICED_TOP_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                    "zero_optimization", "gradient_clipping")
+
+
+def _near_miss_warnings(raw: dict[str, Any], origin: str) -> list[str]:
+    """DeepSpeedConfig reads top-level keys by name and ignores the rest, so a misspelt batch or ZeRO key (DeepSpeed's
+    own tests/unit/runtime/pipe/test_pipe.py has 'grandient_accumulation_steps') silently keeps the default."""
+    return [f"{origin} {key!r} is not a DeepSpeed key (did you mean {close[0]}?): DeepSpeed ignores it, and so does "
+            "llmperf" for key in raw
+            if key not in _PRICED_TOP_KEYS and (close := difflib.get_close_matches(key, _PRICED_TOP_KEYS, 1, 0.85))]
+
+
+def _auto_parallel_warnings(raw: dict[str, Any], origin: str) -> list[str]:
+    """AutoTP / AutoEP from the ds_config alone (DeepSpeed 0.19.8 engine.py __init__: _configure_expert_parallel when
+    expert_parallel.enabled, _configure_tensor_parallel when tensor_parallel.autotp_size > 1) re-shard the client's
+    model; llmperf prices the model unsharded. DeepSpeedConfig still checks the batch triad against every rank."""
+    out: list[str] = []
+    tp = raw.get("tensor_parallel")
+    size = pydantic_int(tp.get("autotp_size", 0)) if isinstance(tp, dict) else 0
+    if size and size > 1:
+        out.append(f"{origin} tensor_parallel.autotp_size = {size}: DeepSpeed AutoTP shards the model's linear layers "
+                   f"over {size} ranks; not modelled: priced as TP 1, every rank holding the whole model")
+    ep = raw.get("expert_parallel")
+    enabled = ep.get("enabled", False) if isinstance(ep, dict) else False
+    if enabled not in (False, AUTO) and ds_bool(enabled, "expert_parallel.enabled", origin):
+        out.append(f"{origin} expert_parallel enabled (autoep_size = {ep.get('autoep_size', 1)!r}): DeepSpeed AutoEP "
+                   "replaces the MoE layers with expert-parallel ones; not modelled: priced with the model's experts "
+                   "unsharded (EP 1)")
     return out
 
 
@@ -137,7 +170,7 @@ def _timer_and_precision_warnings(raw: dict[str, Any], origin: str) -> list[str]
             if throughput.get(key, AUTO) != AUTO):
         out.append(f"{origin} timers.throughput without a synchronized timer: the device sync at each micro-batch's "
                    "start, priced as a stall of the launch queue, does not happen")
-    bf16 = raw.get("bf16", raw.get("bfloat16"))
+    bf16 = precision_section(raw, "bf16")
     update = bf16.get("immediate_grad_update", AUTO) if isinstance(bf16, dict) else AUTO
     if update != AUTO and ds_bool(update, "bf16.immediate_grad_update", origin):
         out.append(f"{origin} bf16.immediate_grad_update: fp32 gradient accumulation from backward hooks timed as the "
@@ -163,7 +196,7 @@ def master_weight_rules(raw: dict[str, Any], zero_stage: Any, origin: str) -> li
     (the ZeRO optimizer keeps 2-byte copies where llmperf prices 4-byte master weights, gradients and Adam states)."""
     set_keys: list[str] = []
     for section, key, name in _MASTER_KEYS:
-        node = raw.get(section, raw.get("bfloat16") if section == "bf16" else None)
+        node = precision_section(raw, section)
         value = node.get(key, AUTO) if isinstance(node, dict) else AUTO
         if value == AUTO or not ds_bool(value, f"{section}.{key}", origin):
             continue

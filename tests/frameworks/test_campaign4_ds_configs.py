@@ -86,9 +86,13 @@ def test_torch_autocast_section_sets_the_compute_precision(tmp_path: Path) -> No
     cfg = script([*DS, _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "torch_autocast": {"enabled": true}}')],
                  model="llama2-7b")
     assert cfg.precision == "fp16"
-    with pytest.raises(ConfigError, match="Invalid dtype"):
+    # DtypeEnum knows int8 (DeepSpeedConfig passes it); torch.autocast then disables itself on CUDA: fp32 (H216)
+    cfg = script([*DS, _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "torch_autocast": '
+                                        b'{"enabled": true, "dtype": "int8"}}')], model="llama2-7b")
+    assert cfg.precision == "fp32"
+    with pytest.raises(ConfigError, match="not a valid DtypeEnum"):  # DtypeEnum matches names exactly
         script([*DS, _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "torch_autocast": '
-                                      b'{"enabled": true, "dtype": "int8"}}')], model="llama2-7b")
+                                      b'{"enabled": true, "dtype": "BF16"}}')], model="llama2-7b")
     amp = _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "amp": {"enabled": true, "opt_level": "O1"}}')
     cfg = script([*DS, amp], model="llama2-7b", env={"LLMPERF_DEEPSPEED_VERSION": "0.19.6"})  # 0.19.8 refuses amp
     assert cfg.precision == "fp16" and any("amp computes" in w for w in cfg.warnings)
