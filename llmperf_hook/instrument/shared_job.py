@@ -42,7 +42,9 @@ still running.
 
 "This host" is the host name on this booted kernel (profile/machine_identity.host_identity; records and claims keep
 both, older ones the name alone): another machine of the same name (a rescheduled pod, `docker --hostname`) is
-another host, whose pids are not looked up here and whose node-local run directory is not this one's.
+another host, whose pids are not looked up here and whose node-local run directory is not this one's. A session's pid
+is looked up only in the pid namespace it recorded (machine_identity.pid_namespace): another container of this name on
+this kernel is not seen.
 """
 
 from __future__ import annotations
