@@ -79,12 +79,20 @@ def _release_eval_note(job: ParsedJob) -> str:
     if list_values(args, DECREASE_FLAG) is None or any(
             list_values(args, flag) is not None for flag in ("--eval-global-batch-size", "--eval-micro-batch-size")):
         return ""
-    gpus = [nodes * job.nproc_per_node for nodes in (*smaller_counts(job), job.nnodes)]
+    lcm = math.lcm(*(nodes * job.nproc_per_node for nodes in (*smaller_counts(job), job.nnodes)))
+    advice = (f"add --eval-global-batch-size with a multiple of {lcm} (every count splits it at micro-batch 1)"
+              if lcm <= EVAL_BATCH_ADVICE_LIMIT else
+              "no eval batch one would run splits every count (the smallest that does, the least common multiple of "
+              f"their GPU numbers, has {len(str(lcm))} digits): on those releases narrow the range")
     return (f". {DECREASE_FLAG} alone: the smaller counts run the global batch rounded down, as Megatron-LM "
             "core_v0.17 and earlier do; core_v0.18.0 and later also assert there that the eval batch (by default "
             "the unrounded global batch) divides by micro-batch x data-parallel size (arguments.py): on those "
-            f"releases add --eval-global-batch-size with a multiple of {math.lcm(*gpus)} (every count splits it at "
-            "micro-batch 1)")
+            f"releases {advice}")
+
+
+EVAL_BATCH_ADVICE_LIMIT = 1_000_000
+"""The largest eval batch (samples) _release_eval_note proposes: a range of many node counts needs the lcm of all their
+GPU numbers (64:128 nodes of 8: 57 digits), no batch a job evaluates; past this it says so instead of the number."""
 
 
 def _range_words(job: ParsedJob) -> str:
