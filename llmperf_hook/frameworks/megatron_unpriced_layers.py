@@ -78,10 +78,11 @@ def _placement_warnings(script_args: Sequence[str], parallel: ParallelLayout) ->
     return warnings
 
 
-def check_distillation(flags: FlagValues, script_args: Sequence[str], parallel: ParallelLayout) -> None:
-    """ModelOpt distillation's start-up asserts (module docstring)."""
+def check_distillation(flags: FlagValues, script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
+    """ModelOpt distillation's start-up asserts (module docstring); the one core_v0.17.0 added (f5238ba5bb, 2026-02:
+    no --cross-entropy-fusion-impl te) is a warning, as core_v0.16 runs it."""
     if not _last(script_args, "--export-kd-teacher-load"):
-        return
+        return []
     given = {"--manual-gc": bool(flags.get("manual_gc")), "--tp-comm-overlap": bool(flags.get("tp_comm_overlap")),
              "an interleaved schedule (virtual pipeline stages at PP > 1)": parallel.pp > 1 and parallel.vpp > 1}
     clashes = [name for name, on in given.items() if on]
@@ -89,3 +90,9 @@ def check_distillation(flags: FlagValues, script_args: Sequence[str], parallel: 
         raise ConfigError(f"--export-kd-teacher-load with {', '.join(clashes)}: Megatron's ModelOpt distillation "
                           "builder asserts 'ModelOpt Distillation currently incompatible with' each "
                           "(megatron/post_training/model_builder.py). Drop them for a distillation run.")
+    if _last(script_args, "--cross-entropy-fusion-impl") != "te":
+        return []
+    return ["--export-kd-teacher-load with --cross-entropy-fusion-impl te: Megatron-LM core_v0.17.0 and later stop at "
+            "start-up ('ModelOpt Distillation currently incompatible with TransformerEngine Cross-Entropy "
+            "implementation', post_training/model_builder.py); core_v0.16 runs it. Use --cross-entropy-fusion-impl "
+            "native"]

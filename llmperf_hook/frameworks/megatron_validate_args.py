@@ -521,7 +521,7 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
     warnings += _check_feature_pairs(flags)
     _check_precision_aware_optimizer(flags)
     warnings += _check_muon(flags)
-    check_distillation(flags, script_args, parallel)
+    warnings += check_distillation(flags, script_args, parallel)
     warnings += unpriced_layer_warnings(script_args, parallel)
     _check_hierarchical_cp(script_args, parallel)
     warnings += _check_distopt_instances(flags, parallel)

@@ -90,6 +90,15 @@ def test_distillation_refuses_what_modelopt_asserts(extra: list[str], capsys) ->
     assert "ModelOpt Distillation currently incompatible with" in err and "Traceback" not in err
 
 
+def test_distillation_with_te_cross_entropy_is_warned(capsys) -> None:
+    """core_v0.17.0 on (f5238ba5bb) the builder also asserts cross_entropy_fusion_impl != 'te'; core_v0.16.1 has no
+    such assert, so a warning naming the releases (was silent)."""
+    code, got, err = _explain(_launch("distill_excerpt.yaml", "--cross-entropy-fusion-impl", "te"), capsys)
+    assert code == 0, err
+    assert any(w.startswith("--export-kd-teacher-load with --cross-entropy-fusion-impl te: Megatron-LM core_v0.17.0")
+               for w in got["warnings"]), got["warnings"]
+
+
 def test_muon_as_ci_runs_it(capsys) -> None:
     """gpt3_moe_mcore_te_ep8_resume_torch_dist_muon runs; muon is priced as Adam with its warning."""
     code, got, err = _explain(_launch("muon_excerpt.yaml"), capsys)
