@@ -91,6 +91,23 @@ floor column; linear_final 3.72 % (model 3.78 %). Flash attention's test errors 
 carry; taking each (mp, b) run's median error off the test rows themselves (an oracle) still leaves 6.40 / 6.00 %.
 Also tried (fit.py hyperparameters, flash fwd and GEMM fwd, 25 %): learning rate 0.05 with 600 rounds 6.99 ->
 7.05 %, GEMM fwd -0.01..-0.04 points; min_data_in_leaf 10: 6.96 %, GEMM fwd -0.05..+0.01 points.
+`--tp-column` (H209, tried, not shipped): log2 of the sampled run's TP degree (the files' mp; a job's TP is
+known at predict time) appended to the GEMM and flash-attention features. 25 %, seed 0, before -> after. Inner
+CV (the decision figure): A100 GEMM fwd linear1..4, final 3.50 / 2.35 / 3.22 / 3.05 / 3.84 -> 3.52 / 2.30 / 3.31
+/ 3.05 / 3.88 %, bwd 3.33 / 0.98 / 2.16 / 2.11 / 3.03 -> 3.35 / 0.98 / 2.21 / 2.07 / 2.94 %, flash fwd / bwd
+6.93 / 6.66 -> 6.84 / 6.53 %; GH200 GEMM fwd 2.31 / 1.65 / 2.04 / 1.66 / 1.52 -> 2.28 / 1.64 / 2.07 / 1.65 / 1.47
+%, bwd 2.54 / 3.78 / 1.98 / 1.89 / 1.70 -> 2.29 / 3.56 / 1.86 / 1.79 / 1.61 %, flash fwd 1.44 -> 1.49 %. Random
+split: A100 GEMM fwd 3.20 / 2.62 / 3.08 / 2.67 / 3.47 -> 3.12 / 2.56 / 3.01 / 2.63 / 3.40 %, bwd linear1 2.91 ->
+3.14 %, flash 6.99 / 6.64 -> 6.98 / 6.53 %; GH200 GEMM bwd 2.18 / 2.92 / 1.66 / 1.70 / 1.57 -> 2.12 / 3.06 / 1.79 /
+1.76 / 1.58 % (linear2 over 3 %). Extrapolation split: A100 flash fwd / bwd 6.82 / 6.55 -> 7.17 / 6.70 %, A100
+GEMM fwd 3.30 / 3.59 / 2.86 / 3.12 / 3.08 -> 3.35 / 3.44 / 2.92 / 3.09 / 3.21 %, GH200 GEMM bwd 2.04 / 2.79 /
+1.67 / 2.05 / 1.58 -> 2.01 / 3.06 / 1.68 / 2.16 / 1.63 %, GH200 flash fwd 0.87 -> 1.02 %. Whole held-out runs
+(benchmarks/bench_tp_degree.py) show why: the random split's gains come from rows of the same run, and little
+carries to a run the fit never saw (A100 flash fwd 7.06 -> 7.05 %, bwd 6.53 -> 6.45 %, GH200 flash fwd 1.90 -> 1.91 %, A100 GEMM fwd 3.20 -> 3.14 %,
+GH200 GEMM bwd 2.35 -> 2.39 %). The A100 flash runs' median errors follow mp (mp 1 / 2 / 4 / 8 / 16, micro-batch 4 /
+8: +1.1 / +1.4, +3.5 / +1.4, -3.6 / -5.2, -3.5 / -2.9, -4.7 / -0.7 %), and most of it stays with the column (+1.6 /
++2.6, +3.0 / -0.7, -2.5 / -4.7, -3.7 / -1.0, -2.4 / +1.1 %); the GEMM runs have no offset to learn (within +-0.7 %).
+`--no-rerun`: both splits, without the rerun of the misses at the reference's share.
 `--seed`: the draws' seed (0 = the figures above); `--random-only`: only the random split, no extrapolation
 split and no rerun of the misses (the figures above; each group draws from its own generator of that seed).
 `--groups` / `--hardware`: only these fit groups (shipped.FIT_GROUPS) / shipped GPUs, to explore a change on the

@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from llmperf_hook.profile.build_profile import (Samples, fit_with_floor, pool, predict_with_floor,  # noqa: E402
                                                 training_xy, unknown_columns)
 from llmperf_hook.profile.public_samples import SampleSet  # noqa: E402
-from llmperf_hook.profile.shipped import SHIPPED, ShippedHardware, corrupt_reason, load_group, plausible_mask  # noqa: E402
+from llmperf_hook.profile.shipped import (SHIPPED, ShippedHardware, corrupt_reason, load_group,  # noqa: E402
+                                          plausible_mask)
 
 TRAIN_FRACTION = 0.25
 DEFAULT_ROWS = ("a100-sxm4-80gb:attention:fwd", "a100-sxm4-80gb:attention:bwd", "gh200-96gb:attention:fwd",

@@ -144,6 +144,12 @@ def _attention(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
     # the longest CTA's times the SMs (load balance). A100 random / extrapolation split MAPE, seeds 0 and 1:
     # backward 6.64 -> 6.49 / 6.55 -> 6.67 %, 6.52 -> 6.45 / 6.54 -> 6.48 %; forward 6.99 -> 7.07 / 6.82 ->
     # 6.83 %, 6.78 -> 6.81 / 6.89 -> 6.84 %: within the draws' noise (the rows' noise floor is 5.7 / 5.4 %).
+    # Tried, not kept (H209): log2 of the sampled run's TP degree (the samples' mp; a job's TP is known at predict
+    # time) for attention and GEMMs. A100 flash attention errors sit per mp at +1 / +3 / -4 / -3 / -3 % (mp 1..16),
+    # but on runs the fit never saw (benchmarks/bench_tp_degree.py) the column removes little of it: A100 fwd 7.06 ->
+    # 7.05 %, bwd 6.53 -> 6.45 %, GH200 fwd 1.90 -> 1.91 %, A100 GEMM fwd 3.20 -> 3.14 %, GH200 GEMM bwd 2.35 ->
+    # 2.39 %; the random split's gains (inner 6.93 -> 6.84 % A100 fwd) come from rows of the same run, and the
+    # extrapolation split loses (A100 flash fwd 6.82 -> 7.17 %; bench_operator_accuracy.py --tp-column).
     return names + wn, cols + wc, flops, nbytes
 
 
