@@ -30,15 +30,25 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
         core = Op("attn.core", "attention", "fwd", dims, flops=causal_flops * tile_d / d, bytes_moved=float(io),
                   dtype=ctx.dtype, tags=tags)
         return context_parallel_steps(core, cfg.parallel.cp)
-    # Unfused (Megatron "local" attention): QK^T bmm, masked softmax, attention dropout, AV bmm; full s x s scores.
+    return unfused_core(ctx, heads, d, d)
+
+
+def unfused_core(ctx: LayerContext, heads: int, d_qk: int, d_v: int) -> list[Op]:
+    """The unfused attention (Megatron's "local" DotProductAttention, or TE's UnfusedDotProductAttention under
+    --attention-backend unfused): QK^T bmm over d_qk channels, masked softmax, attention dropout, AV bmm over d_v
+    channels; full s x s scores. d_qk = d_v but for multi-latent attention (graph/mla_ops.mla_attention_ops)."""
+    cfg = ctx.cfg
+    b, s_q, s_kv = cfg.batch.micro_batch_size, cfg.model.seq_length // cfg.parallel.cp, cfg.model.seq_length
     batch = b * heads
     scores = batch * s_q * s_kv
-    qk = Op("attn.qk", "bmm", "fwd", {"batch": batch, "m": s_q, "n": s_kv, "k": d}, flops=2.0 * batch * s_q * s_kv * d,
-            bytes_moved=float(ctx.act_bytes * (2 * batch * s_q * d + scores)), dtype=ctx.dtype)
+    qk = Op("attn.qk", "bmm", "fwd", {"batch": batch, "m": s_q, "n": s_kv, "k": d_qk},
+            flops=2.0 * batch * s_q * s_kv * d_qk,
+            bytes_moved=float(ctx.act_bytes * (2 * batch * s_q * d_qk + scores)), dtype=ctx.dtype)
     softmax = elementwise("attn.softmax", "softmax", {"rows": batch * s_q, "cols": s_kv}, scores, ctx)
     dropout = elementwise("attn.dropout", "dropout", {"elements": scores}, scores, ctx, passes=2.5)
-    av = Op("attn.av", "bmm", "fwd", {"batch": batch, "m": s_q, "n": d, "k": s_kv}, flops=2.0 * batch * s_q * s_kv * d,
-            bytes_moved=float(ctx.act_bytes * (scores + 2 * batch * s_q * d)), dtype=ctx.dtype)
+    av = Op("attn.av", "bmm", "fwd", {"batch": batch, "m": s_q, "n": d_v, "k": s_kv},
+            flops=2.0 * batch * s_q * s_kv * d_v,
+            bytes_moved=float(ctx.act_bytes * (scores + 2 * batch * s_q * d_v)), dtype=ctx.dtype)
     dropouts = [dropout] if cfg.attention_dropout > 0 else []  # torch's dropout at p = 0 returns its input
     if not torch_softmax_path(cfg):
         return [qk, softmax, *dropouts, av]

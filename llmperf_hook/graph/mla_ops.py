@@ -16,6 +16,7 @@ projections as ColumnParallelLinear instead: their outputs are latent slices tha
 from __future__ import annotations
 
 from llmperf_hook.graph import layer_ops as lo
+from llmperf_hook.graph.attention_core_ops import unfused_core
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.params import mla_down_split
 
@@ -139,7 +140,12 @@ def mla_attention_ops(ctx: lo.LayerContext) -> list[Op]:
     if p.cp > 1:  # the CP ring passes every head's full K (d_qk + d_rope) and V (d_v)
         kv_bytes = ctx.tokens * heads * (m.qk_head_dim + d_rope + m.v_head_dim) * ctx.act_bytes * (p.cp - 1)
         ops.append(lo.comm("attn.cp_kv_exchange", "p2p", kv_bytes, ctx.cp, ctx, overlap="attention"))
-    ops += [*lo.context_parallel_steps(mla_core(ctx, heads), p.cp),
+    # --attention-backend unfused reaches MLA too: its core is the TE spec's TEDotProductAttention
+    # (gpt_layer_specs.py backend.core_attention()), which LanguageModule._set_attention_backend's NVTE_FLASH_ATTN=0,
+    # NVTE_FUSED_ATTN=0, NVTE_UNFUSED_ATTN=1 turn into TE's UnfusedDotProductAttention (core_v0.16.1)
+    core = unfused_core(ctx, heads, m.qk_head_dim + d_rope, m.v_head_dim) \
+        if ctx.cfg.attention_backend == "unfused" else lo.context_parallel_steps(mla_core(ctx, heads), p.cp)
+    ops += [*core,
             lo.gemm("attn.proj", ctx.tokens, m.hidden_size, heads * m.v_head_dim, ctx),
             *lo.tp_exit("attn.tp_reduce", ctx), lo.residual("attn.residual", ctx)]
     return ops
