@@ -72,7 +72,7 @@ def candidate_of(cfg: TrainingConfig) -> Candidate:
         tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, sequence_parallel=p.sequence_parallel,
         micro_batch_size=cfg.batch.micro_batch_size, recompute=mode, recompute_num_layers=layers,
         distributed_optimizer=cfg.optimizer.distributed_optimizer, zero_stage=cfg.optimizer.zero_stage,
-        ep=p.ep, etp=None if p.etp == p.tp and p.etp_follows_tp else p.etp,  # Megatron-DeepSpeed: experts stay whole
+        ep=p.ep, etp=None if p.etp == p.tp else p.etp,
     )
 
 
@@ -131,9 +131,11 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     p = cfg.parallel
     same_pp = c.pp == p.pp
     # Expert TP follows TP unless pinned (Megatron: --expert-tensor-parallel-size defaults to TP); the user's
-    # pinned value is candidate_of's etp, so a candidate that keeps it keeps the user's expert layout.
+    # pinned value is candidate_of's etp, so a candidate that keeps it keeps the user's expert layout. Megatron-DeepSpeed
+    # without --enable-expert-tensor-parallelism keeps its experts whole at any TP (ParallelLayout.etp_follows_tp).
+    etp = c.expert_tp if p.etp_follows_tp else p.etp
     parallel = dataclasses.replace(
-        p, tp=c.tp, pp=c.pp, vpp=c.vpp, cp=c.cp, dp=dp, ep=c.ep, etp=c.expert_tp, sequence_parallel=c.sequence_parallel,
+        p, tp=c.tp, pp=c.pp, vpp=c.vpp, cp=c.cp, dp=dp, ep=c.ep, etp=etp, sequence_parallel=c.sequence_parallel,
         decoder_first_pipeline_num_layers=p.decoder_first_pipeline_num_layers if same_pp else None,
         decoder_last_pipeline_num_layers=p.decoder_last_pipeline_num_layers if same_pp else None,
     )

@@ -220,7 +220,9 @@ def generate_candidates(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: 
     axes.append(np.arange(len(rc_opts)))
     grids = [g.ravel() for g in np.meshgrid(*axes, indexing="ij", copy=False)]
     cols = dict(zip(_CROSS, grids[:-1]))
-    cols["etp"] = np.where(cols["etp"] == FOLLOW_TP, cols["tp"], cols["etp"])
+    # the flag left out: expert TP = TP, or 1 for Megatron-DeepSpeed's whole experts (ParallelLayout.etp_follows_tp)
+    default_etp = cols["tp"] if cfg.parallel.etp_follows_tp else cfg.parallel.etp
+    cols["etp"] = np.where(cols["etp"] == FOLLOW_TP, default_etp, cols["etp"])
     rc_arr = np.asarray(rc_opts, dtype=np.float64)
     cols["rc"] = rc_arr[grids[-1], 0].astype(np.int64)
     cols["rc_layers"] = _resolve_block_layers(rc_arr[grids[-1], 1], cfg.model.num_layers, cols)

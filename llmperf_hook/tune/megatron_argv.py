@@ -64,7 +64,7 @@ def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, 
         out = ed.set_value(out, CP, str(new.cp))
     if new.ep != base.ep:
         out = ed.set_value(out, EP, str(new.ep))
-    out = _rewrite_etp(out, base, new)
+    out = _rewrite_etp(out, base, new) if framework == "megatron" else out  # Megatron-DeepSpeed has no such flag
     # --sequence-parallel given at TP 1 is dropped by Megatron (base: off) but turns on at a tuned TP > 1
     sp_given = bool(ed.find_flag(out, SP))
     if new.sequence_parallel != base.sequence_parallel or (new.tp > 1 and sp_given != new.sequence_parallel):

@@ -18,6 +18,8 @@ from llmperf_hook.graph.params import expert_params
 from llmperf_hook.graph.step_ops import dp_groups
 from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.tune.candidate import apply_candidate, candidate_of
+from llmperf_hook.tune.candidates import generate_candidates
+from llmperf_hook.tune.search_space import parse_search_space
 
 H, FFN, T, K, E, EP = 1024, 4096, 2 * 2048, 2, 8, 2
 """hidden, ffn, tokens per micro-batch (mbs 2 x seq 2048), top-k, experts, EP of MDS below."""
@@ -107,6 +109,9 @@ def test_tune_candidates_keep_the_users_setting(in_job_dir: Path) -> None:
     for cfg, expected in ((off, 1), (on, 2)):
         moved = apply_candidate(cfg, dataclasses.replace(candidate_of(cfg), tp=2))
         assert moved.parallel.etp == expected
+        table = generate_candidates(cfg, parse_search_space({"tensor_parallel": [1, 2, 4]}), 8)
+        runs = set(zip(table.columns["tp"].tolist(), table.columns["etp"].tolist()))
+        assert runs == {(tp, 1 if cfg is off else tp) for tp in (1, 2, 4)}  # what the surrogates price
 
 
 def test_the_flag_needs_data_parallel_divisible_by_ep(in_job_dir: Path) -> None:
