@@ -135,7 +135,8 @@ def _near_miss_warnings(raw: dict[str, Any], origin: str) -> list[str]:
     own tests/unit/runtime/pipe/test_pipe.py has 'grandient_accumulation_steps') silently keeps the default."""
     return [f"{origin} {key!r} is not a DeepSpeed key (did you mean {close[0]}?): DeepSpeed ignores it, and so does "
             "llmperf" for key in raw
-            if key not in _PRICED_TOP_KEYS and (close := difflib.get_close_matches(key, _PRICED_TOP_KEYS, 1, 0.85))]
+            if not any(name in key for name in _PRICED_TOP_KEYS)  # max_train_batch_size and the like are no typos
+            and (close := difflib.get_close_matches(key, _PRICED_TOP_KEYS, 1, 0.85))]
 
 
 def _auto_parallel_warnings(raw: dict[str, Any], origin: str) -> list[str]:
@@ -149,8 +150,7 @@ def _auto_parallel_warnings(raw: dict[str, Any], origin: str) -> list[str]:
         out.append(f"{origin} tensor_parallel.autotp_size = {size}: DeepSpeed AutoTP shards the model's linear layers "
                    f"over {size} ranks; not modelled: priced as TP 1, every rank holding the whole model")
     ep = raw.get("expert_parallel")
-    enabled = ep.get("enabled", False) if isinstance(ep, dict) else False
-    if enabled not in (False, AUTO) and ds_bool(enabled, "expert_parallel.enabled", origin):
+    if isinstance(ep, dict) and ep.get("enabled", False):  # auto_ep_config.parse_autoep_config reads it raw
         out.append(f"{origin} expert_parallel enabled (autoep_size = {ep.get('autoep_size', 1)!r}): DeepSpeed AutoEP "
                    "replaces the MoE layers with expert-parallel ones; not modelled: priced with the model's experts "
                    "unsharded (EP 1)")
