@@ -19,7 +19,8 @@ any refusal (one process at a time).
 
 prints the step time and allocated peak CI measured on DGX H100 (the case's golden_values_dev_dgx_h100.json: the
 last rank's, see golden_measured) beside llmperf's for the same rank (predict_golden: dgx-h100, no calibration), and
-a summary.
+a summary. Give it the training cases: the gpt_grpo_* ones time RL rollouts inside each step, which predict
+does not price (inference cases, whose golden files hold generated text, are skipped).
 """
 
 from __future__ import annotations
