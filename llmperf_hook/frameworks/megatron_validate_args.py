@@ -132,6 +132,22 @@ def _check_kernels(flags: FlagValues, script_args: Sequence[str]) -> None:
                           "implementation'. Drop one of them.")
 
 
+def _check_mla_local_core(flags: FlagValues, script_args: Sequence[str]) -> None:
+    """MLA under --transformer-impl local (Megatron's own spec, no --spec / --use-kitchen): get_gpt_layer_local_spec
+    gives MLASelfAttention megatron-core's DotProductAttention as its core (gpt_layer_specs.py), and MLASelfAttention
+    builds it with k_channels= / v_channels=, which DotProductAttention.__init__ does not take (core_v0.13.0 to
+    core_v0.19.0): a TypeError at model build."""
+    if not flags.get("multi_latent_attention") or flags.get("transformer_impl") != "local":
+        return
+    if _given(script_args, "--spec") or _given(script_args, "--use-kitchen"):
+        return
+    raise ConfigError(f"{flags.spelling('multi_latent_attention')} with {flags.spelling('transformer_impl')} local: "
+                      "Megatron's local layer spec builds MLA's core as megatron-core's DotProductAttention, which "
+                      "does not take MLA's k_channels / v_channels, so the model build raises 'TypeError: ... "
+                      "unexpected keyword argument 'k_channels' when instantiating DotProductAttention'. Use "
+                      "--transformer-impl transformer_engine (add --attention-backend unfused for unfused attention).")
+
+
 def _check_mixed_precision(flags: FlagValues, script_args: Sequence[str]) -> None:
     """fp16_lm_cross_entropy needs --fp16 (197c132e9a, 2020-06); --fp32-residual-connection needs --fp16 or --bf16
     (62632d3936, 2020-12)."""
@@ -517,6 +533,7 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
     if ds_flavour:
         return warnings
     _check_kernels(flags, script_args)
+    _check_mla_local_core(flags, script_args)
     _check_low_precision(flags, script_args)
     warnings += _check_feature_pairs(flags)
     _check_precision_aware_optimizer(flags)

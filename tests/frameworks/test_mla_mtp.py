@@ -52,6 +52,7 @@ def test_plain_jobs_keep_their_explain_keys() -> None:
     ((*MLA, "--group-query-attention", "--num-query-groups", "4"), "mutually exclusive"),
     ((*MLA, "--rope-type", "rope"), "only works with YARN"),
     ((*MLA, "--rotary-interleaved"), "rotary_interleaved"),
+    ((*MLA, "--transformer-impl", "local"), "k_channels"),
     (("--rope-type", "yarn"), "Common attention"),
     (("--mla-down-proj-fusion",), "requires --multi-latent-attention"),
     (("--mtp-num-layers", "1"), "learned_absolute"),
@@ -70,6 +71,10 @@ def test_rules_megatron_enforces_exit_2(args: tuple[str, ...], fragment: str) ->
 
 def test_accepted_variants() -> None:
     assert megatron(*MLA, "--rope-type", "rope", "--no-rope-fusion", base=SMALL).model.multi_latent_attention
+    # a user's own --spec builds its own core attention; TE's unfused core takes MLA's two widths
+    assert megatron(*MLA, "--transformer-impl", "local", "--spec", "my_specs", "layer_spec",
+                    base=SMALL).model.multi_latent_attention
+    assert megatron(*MLA, "--attention-backend", "unfused", base=SMALL).attention_backend == "unfused"
     assert megatron("--mtp-num-layers", "1", "--position-embedding-type", "none", base=SMALL).model.mtp_num_layers == 1
     # validate_args turns rope fusion off for a position type other than rope, so MLATransformerConfig's
     # 'apply_rope_fusion for MLA only works with YARN RoPE' cannot fire.

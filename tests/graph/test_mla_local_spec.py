@@ -13,7 +13,9 @@ from tests.graph.test_mla_tp_allreduce import BASE, H, MLA, SEQ, TP
 
 A100 = load_cluster("dgx-a100")
 Q_LORA, KV_LORA, ROPE = 1536, 512, 64
-LOCAL = ["--q-lora-rank", str(Q_LORA), "--transformer-impl", "local"]
+# Megatron's own local spec cannot build MLA's core (DotProductAttention takes no k_channels / v_channels:
+# megatron_validate_args._check_mla_local_core refuses it), so these run a --spec of that layout whose core does.
+LOCAL = ["--q-lora-rank", str(Q_LORA), "--transformer-impl", "local", "--spec", "mla_specs", "local_layer_spec"]
 
 
 def _attn_comm(*extra: str) -> tuple[list, list]:

@@ -64,7 +64,9 @@ def test_serialized_where_kernels_run_out_of_launch_order() -> None:
 
 
 def test_local_spec_down_projections_are_column_parallel_and_all_reduce_the_hidden_gradient() -> None:
-    reduces = _attn_reduces(_layer("--q-lora-rank", "1536", "--transformer-impl", "local"))
+    # a --spec of the local layout: Megatron's own local spec cannot build MLA's core (_check_mla_local_core)
+    reduces = _attn_reduces(_layer("--q-lora-rank", "1536", "--transformer-impl", "local", "--spec", "mla_specs",
+                                   "local_layer_spec"))
     assert {op.name: op.dims["bytes"] for op in reduces} == {
         "attn.q_down.dgrad_allreduce": SEQ * H * 2, "attn.q_up.dgrad_allreduce": SEQ * 1536 * 2,
         "attn.kv_down.dgrad_allreduce": SEQ * H * 2, "attn.kv_up.dgrad_allreduce": SEQ * 512 * 2}
