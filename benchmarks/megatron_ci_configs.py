@@ -185,38 +185,52 @@ def predict_golden(case: CiCase, cluster: str = "dgx-h100") -> tuple[float, floa
 def compare_golden(git_dir: str, ref: str, cases: list[str], platform: str = "dgx_h100",
                    cluster: str = "dgx-h100") -> list[GoldenRow]:
     """Predicted step time and allocated peak beside what Megatron-LM's CI measured for each case (its
-    golden_values_dev_<platform>.json); prints one line per case and a summary."""
-    import math
+    golden_values_dev_<platform>.json); prints one line per case and a summary. Priced with no calibration:
+    LLMPERF_HOME points at an empty folder meanwhile, and is given back after."""
     import tempfile
+
+    print("case\tmeasured s\tpredicted s\tratio\tmeasured alloc GiB\tpredicted alloc GiB (last stage)\terror\t"
+          "predicted peak GiB")
+    own_home = os.environ.get("LLMPERF_HOME")
+    try:
+        with tempfile.TemporaryDirectory() as home:
+            os.environ["LLMPERF_HOME"] = home
+            rows = [row for name in cases if (row := _golden_row(git_dir, ref, name, platform, cluster))]
+    finally:
+        if own_home is None:
+            os.environ.pop("LLMPERF_HOME", None)
+        else:
+            os.environ["LLMPERF_HOME"] = own_home
+    print(golden_summary(rows))
+    return rows
+
+
+def _golden_row(git_dir: str, ref: str, name: str, platform: str, cluster: str) -> GoldenRow | None:
+    """One case's row, printed; None (with a line saying why) for a case not at ref, an inference case or a refusal."""
+    import math
 
     from llmperf_hook.errors import LlmperfError
 
-    rows: list[GoldenRow] = []
-    print("case\tmeasured s\tpredicted s\tratio\tmeasured alloc GiB\tpredicted alloc GiB (last stage)\terror\t"
-          "predicted peak GiB")
-    with tempfile.TemporaryDirectory() as home:
-        os.environ["LLMPERF_HOME"] = home  # no user calibration
-        for name in cases:
-            folder = f"{ref}:tests/functional_tests/test_cases/{name}"
-            shown = [subprocess.run(["git", "-C", git_dir, "show", f"{folder}/{file}"], capture_output=True,
-                                    text=True) for file in ("model_config.yaml", f"golden_values_dev_{platform}.json")]
-            if any(s.returncode for s in shown):
-                continue
-            step_s, alloc = golden_measured(shown[1].stdout)
-            if math.isnan(step_s) and math.isnan(alloc):
-                continue  # an inference case's golden values (generated text), not a training run
-            try:
-                got = predict_golden(parse_ci_config(shown[0].stdout), cluster)
-            except LlmperfError as e:
-                print(f"{name}\texit {e.exit_code}: {str(e).splitlines()[0][:120]}", flush=True)
-                continue
-            row = GoldenRow(name, step_s, got[0], alloc, got[1], got[2])
-            rows.append(row)
-            print(f"{name}\t{step_s:.4f}\t{row.predicted_s:.4f}\t{row.time_ratio:.2f}\t{alloc / 2**30:.2f}\t"
-                  f"{row.predicted_allocated_bytes / 2**30:.2f}\t{100 * row.allocated_error:+.1f}%\t"
-                  f"{row.predicted_peak_bytes / 2**30:.2f}", flush=True)
-    print(golden_summary(rows))
-    return rows
+    folder = f"{ref}:tests/functional_tests/test_cases/{name}"
+    shown = [subprocess.run(["git", "-C", git_dir, "show", f"{folder}/{file}"], capture_output=True, text=True)
+             for file in ("model_config.yaml", f"golden_values_dev_{platform}.json")]
+    if any(s.returncode for s in shown):
+        print(f"{name}\tnot found: no model_config.yaml and golden_values_dev_{platform}.json at {ref}", flush=True)
+        return None
+    step_s, alloc = golden_measured(shown[1].stdout)
+    if math.isnan(step_s) and math.isnan(alloc):
+        print(f"{name}\tskipped: no training series (an inference case's generated text)", flush=True)
+        return None
+    try:
+        got = predict_golden(parse_ci_config(shown[0].stdout), cluster)
+    except LlmperfError as e:
+        print(f"{name}\texit {e.exit_code}: {str(e).splitlines()[0][:120]}", flush=True)
+        return None
+    row = GoldenRow(name, step_s, got[0], alloc, got[1], got[2])
+    print(f"{name}\t{step_s:.4f}\t{row.predicted_s:.4f}\t{row.time_ratio:.2f}\t{alloc / 2**30:.2f}\t"
+          f"{row.predicted_allocated_bytes / 2**30:.2f}\t{100 * row.allocated_error:+.1f}%\t"
+          f"{row.predicted_peak_bytes / 2**30:.2f}", flush=True)
+    return row
 
 
 def golden_summary(rows: list[GoldenRow]) -> str:

@@ -68,3 +68,21 @@ def test_predicted_allocated_is_the_last_stage_without_what_torch_does_not_count
     row = CI.GoldenRow("x", 1.0, step_s, allocated, allocated, peak)
     assert row.allocated_error == 0.0
     assert "1 cases priced" in CI.golden_summary([row])
+
+
+def test_compare_golden_reads_a_mirror_and_reports_a_case_it_cannot_find(tmp_path, monkeypatch, capsys) -> None:
+    import subprocess
+
+    folder = tmp_path / "tests" / "functional_tests" / "test_cases" / "gpt" / "pp4"
+    folder.mkdir(parents=True)
+    (folder / "model_config.yaml").write_text(PP4)
+    (folder / "golden_values_dev_dgx_h100.json").write_text(json.dumps(GOLDEN))
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for words in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "fixture"]):
+        subprocess.run([*git, *words], check=True)
+    monkeypatch.setenv("LLMPERF_HOME", "/users/own/home")
+    rows = CI.compare_golden(str(tmp_path), "HEAD", ["gpt/pp4", "gpt/nope"])
+    out = capsys.readouterr().out
+    assert [r.case for r in rows] == ["gpt/pp4"] and rows[0].measured_s == 1.15402
+    assert "gpt/nope\tnot found" in out and "1 cases priced" in out
+    assert CI.os.environ["LLMPERF_HOME"] == "/users/own/home"  # the caller's home is given back
