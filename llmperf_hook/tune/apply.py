@@ -321,7 +321,8 @@ def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, 
                      "and PP > 1 under DeepSpeed's PipelineEngine runs only so (Megatron-DeepSpeed GPTModelPipe)")
     if framework == "hf-deepspeed" and dsr.trainer_fills_accumulation(tuned, num_mb):
         notes.append("ds_config gradient_accumulation_steps \"auto\" added: the Trainer fills it from the rewritten "
-                     "--gradient_accumulation_steps (a file with train_batch_size alone runs at accumulation 1)")
+                     "--gradient_accumulation_steps (without it accelerate writes 1 and deepspeed.initialize asserts "
+                     "train_batch_size == micro x 1 x world)")
     if framework == "hf-deepspeed":
         hf = dsr.rewrite_hf_argv(argv, base, new, num_mb)
         if hf != argv:

@@ -30,6 +30,7 @@ def test_an_accumulating_candidate_gets_an_auto_accumulation_in_its_copy(tmp_pat
     plan = plan_tuned_command(TRAINER, cfg, cand, apply_candidate(cfg, cand), tmp_path)
     (path, content), = plan.new_files.items()
     assert json.loads(content)["gradient_accumulation_steps"] == "auto"
+    assert any("deepspeed.initialize asserts" in note for note in plan.notes), plan.notes
     Path(path).write_text(content)
     _, applied = resolve_job(list(plan.argv), {}, model)  # exit 2 before: 'train_batch_size is not equal to ...'
     assert (applied.batch.micro_batch_size, applied.batch.num_microbatches, applied.batch.global_batch_size) == (2, 2, 32)
