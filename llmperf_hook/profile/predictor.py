@@ -63,10 +63,14 @@ class FittedProfile:
 
     def unfitted_note(self, op_class: str, phase: str, dtype: str) -> str | None:
         """Why an op this profile was asked to sample has no model (ProfileMeta.unfitted), as the per-class cost
-        model line says it: "not fitted in NAME: 0 samples"; None when it has a model or was never asked for."""
+        model line says it: "not fitted in NAME: 0 samples", and the sampler's reason when it recorded one
+        (ProfileMeta.unfitted_reasons); None when it has a model or was never asked for."""
         key = self._key(op_class, phase, dtype)
         count = self.meta.unfitted.get("/".join(key)) if key not in self._entries else None
-        return None if count is None else f"not fitted in {self.meta.name}: {count} sample{'' if count == 1 else 's'}"
+        if count is None:
+            return None
+        why = self.meta.unfitted_reasons.get("/".join(key))
+        return f"not fitted in {self.meta.name}: {count} sample{'' if count == 1 else 's'}{f'; {why}' if why else ''}"
 
     def _ensemble(self, key: tuple[str, str, str]) -> TreeEnsemble:
         if key not in self._ensembles:

@@ -6,6 +6,7 @@ framework cost (cpu_framework.py) against that profile, each within its part of 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,10 +67,12 @@ def _peaks(req: ProfileRequest, measured: Mapping[str, RooflineConstants]) -> di
 
 def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str, versions: Mapping[str, str],
                   groups: Mapping[tuple[str, str, str], Samples], measured: int, skipped: int,
-                  plan_note: str, budget: ProfileBudget, asked: Collection[tuple[str, str]] = ()) -> ProfileResult:
+                  plan_note: str, budget: ProfileBudget, asked: Collection[tuple[str, str]] = (),
+                  refused: Refused | None = None) -> ProfileResult:
     """Fit every group until the budget's fitting deadline, write the profile and hardware file, then (CPU, a
     budget that measures it) the framework cost until its deadline. `asked`: the (class, phase) pairs the plan
-    held in req.dtype; those left without a model are recorded (ProfileMeta.unfitted) and said."""
+    held in req.dtype; those left without a model are recorded (ProfileMeta.unfitted) and said, with why for those
+    in `refused` (ProfileMeta.unfitted_reasons)."""
     from llmperf_hook.profile.local_hardware import GEMM_LAYOUTS, measure_roofline
 
     # Every dtype sampled on this device so far is refitted, so one profile NAME serves fp32 and bf16 runs.
@@ -77,12 +80,11 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
                  for dt in sorted({dt for _, _, dt in groups})}
     entries, texts, notes = _fit_groups(groups, rooflines, req.dtype, budget.fit_end_s)
     unfitted = unfitted_groups(groups, asked, req.dtype)
+    refused = {k: v for k, v in (refused or {}).items() if k in unfitted}
     if unfitted:
-        notes.insert(0, unfitted_note(unfitted, req.device, name))
+        notes.insert(0, unfitted_note(unfitted, req.device, name, refused, req.budget_min))
     if not entries:
-        raise UsageError(f"--budget {req.budget_min:g} min measured too few shapes to fit any operator "
-                         f"(need {MIN_SAMPLES_TO_FIT} per op class and direction; {_budget_part(plan_note)}). Give "
-                         f"a larger --budget; samples measured so far are kept in the store and reused.")
+        raise UsageError(_nothing_fitted(req, plan_note, refused))
     meta = ProfileMeta(
         name=name, roofline={dt: rooflines[dt] for dt in {e.dtype for e in entries}}, dtype_aliases={},
         hardware=json.loads(fp),
@@ -90,7 +92,8 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         provenance={"samples": f"llmperf profile --device {req.device} (store source 'sampler')",
                     "unfused_classes": UNFUSED_CLASSES, "peak_layouts": ",".join(GEMM_LAYOUTS),
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
-        models=tuple(entries), notes=tuple(notes), unfitted=unfitted)
+        models=tuple(entries), notes=tuple(notes), unfitted=unfitted,
+        unfitted_reasons={k: refused_reason(*v) for k, v in refused.items()})
     earlier = fitted_samples_of(llmperf_home() / "profiles" / name)
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
     digest = written_digest(profile_dir)
@@ -282,21 +285,85 @@ def unfitted_groups(groups: Mapping[tuple[str, str, str], Samples], asked: Colle
     return {f"{c}/{p}/{dt}": n for (c, p, dt), n in sorted(counts.items()) if n < MIN_SAMPLES_TO_FIT}
 
 
-def unfitted_note(unfitted: Mapping[str, int], device: str, name: str) -> str:
-    """One line for the groups left without a model, and the commands that add them: a group left from an earlier
-    run under this name (other --ops, another --dtype) stays listed while it has too few samples, and the same
+FIRST_FIT_MAX_SAMPLE_S = 0.5
+"""Past the sampling deadline, a class asked for that cannot be fitted yet still gets its MIN_SAMPLES_TO_FIT shapes,
+each estimated to take at most this long (sampler.SamplingDeadline.allows: the design's small ones; a 12-s --budget is
+spent on torch's import, LightGBM's and the peaks before any sampling, and a profile with no regressor is no
+profile). A class whose first-fit shapes are estimated slower is left out (refused_reason)."""
+
+Refused = Mapping[str, tuple[int, float]]
+"""{"class/phase/dtype": (first-fit shapes not measured past the sampling deadline, each estimated over
+FIRST_FIT_MAX_SAMPLE_S; their estimated seconds together)} (sampler.SamplingDeadline.refused)."""
+
+
+def more_budget_min(refused: Refused) -> int:
+    """Whole minutes more --budget that measure `refused`'s shapes before the sampling deadline, at their estimates
+    (a lower bound: shapes stopped over their time and start-up are not in it)."""
+    return max(math.ceil(sum(s for _, s in refused.values()) / 60.0), 1)
+
+
+def refused_reason(shapes: int, seconds: float) -> str:
+    """Why a class was left out although first fits run past the deadline (profile.json's unfitted_reasons; predict's
+    per-class line says it)."""
+    return (f"its {shapes} first-fit shape{'' if shapes == 1 else 's'} (about {seconds:.0f} s at the pace its class "
+            f"ran here) were not measured past the sampling deadline, which takes only shapes estimated under "
+            f"{FIRST_FIT_MAX_SAMPLE_S} s each; a --budget at least {more_budget_min({'': (shapes, seconds)})} min "
+            f"larger measures them")
+
+
+def unfitted_note(unfitted: Mapping[str, int], device: str, name: str, refused: Refused | None = None,
+                  budget_min: float | None = None) -> str:
+    """One line for the groups left without a model, why, and the commands that add them: a group left from an
+    earlier run under this name (other --ops, another --dtype) stays listed while it has too few samples, and the same
     command with a larger --budget never adds it (the design and the first fits are of the classes asked for, in
-    --dtype: sampler._first_fit_classes)."""
+    --dtype: sampler._first_fit_classes); naming it with --ops gives it a first fit whatever the --budget. A group in
+    `refused` (its first-fit shapes too slow to take past the deadline) needs a larger --budget instead, by how much
+    said (`budget_min`: this run's)."""
+    slow = {k: v for k, v in (refused or {}).items() if k in unfitted}
     listed = ", ".join(f"{key} ({n} sample{'' if n == 1 else 's'})" for key, n in unfitted.items())
+    parts = []
+    quick = [key for key in unfitted if key not in slow]
+    if quick:
+        parts.append(f"{_profile_commands(quick, device, name, None)} adds "
+                     f"{'them' if len(quick) > 1 else 'it'} (each class named gets the {MIN_SAMPLES_TO_FIT} shapes "
+                     f"of a first fit, whatever the --budget, when each is estimated under {FIRST_FIT_MAX_SAMPLE_S} "
+                     f"s; stored shapes are reused)")
+    if slow:
+        why = ", ".join(f"{key}: {n} shape{'' if n == 1 else 's'}, about {s:.0f} s" for key, (n, s) in slow.items())
+        budget = None if budget_min is None else budget_min + more_budget_min(slow)
+        parts.append(f"{_profile_commands(list(slow), device, name, budget)} adds "
+                     f"{'them' if len(slow) > 1 else 'it'} ({why}, at the pace their class ran here: their first-fit "
+                     f"shapes were not measured past the sampling deadline, which takes only shapes estimated under "
+                     f"{FIRST_FIT_MAX_SAMPLE_S} s each, so a --budget at least {more_budget_min(slow)} min larger "
+                     f"measures them before it)")
+    return (f"not fitted, so `predict` prices them with the roofline: {listed}; a regressor needs "
+            f"{MIN_SAMPLES_TO_FIT} samples per class and direction: {'; '.join(parts)}")
+
+
+def _profile_commands(keys: Collection[str], device: str, name: str, budget_min: float | None) -> str:
+    """The `llmperf profile` commands that sample `keys` ("class/phase/dtype"), one per dtype."""
     classes: dict[str, set[str]] = {}
-    for key in unfitted:
+    for key in keys:
         op_class, _, dtype = key.split("/")
         classes.setdefault(dtype, set()).add(op_class)
-    commands = " and ".join(f"`llmperf profile --device {device} --dtype {dt} --ops {','.join(sorted(cs))} --name "
-                            f"{name}`" for dt, cs in sorted(classes.items()))
-    return (f"not fitted, so `predict` prices them with the roofline: {listed}; a regressor needs "
-            f"{MIN_SAMPLES_TO_FIT} samples per class and direction: {commands} adds them (each class named gets the "
-            f"{MIN_SAMPLES_TO_FIT} shapes of a first fit, whatever the --budget; stored shapes are reused)")
+    budget = "" if budget_min is None else f" --budget {budget_min:g}"
+    return " and ".join(f"`llmperf profile --device {device} --dtype {dt} --ops {','.join(sorted(cs))}{budget} "
+                        f"--name {name}`" for dt, cs in sorted(classes.items()))
+
+
+def _nothing_fitted(req: ProfileRequest, plan_note: str, refused: Refused) -> str:
+    """The exit-2 message of a run that fitted no regressor: why (the classes too slow for a first fit past the
+    deadline, when the sampler found any) and the --budget that fixes it."""
+    need = (f"need {MIN_SAMPLES_TO_FIT} per op class and direction; {_budget_part(plan_note)}")
+    if not refused:
+        return (f"--budget {req.budget_min:g} min measured too few shapes to fit any operator ({need}). Give a larger "
+                f"--budget; samples measured so far are kept in the store and reused.")
+    why = ", ".join(f"{key} ({n} shape{'' if n == 1 else 's'}, about {s:.0f} s)" for key, (n, s) in refused.items())
+    return (f"--budget {req.budget_min:g} min measured too few shapes to fit any operator ({need}): the first-fit "
+            f"shapes of {why} were not measured past the sampling deadline, which takes only shapes estimated under "
+            f"{FIRST_FIT_MAX_SAMPLE_S} s each, at the pace their class ran here. Give a --budget at least "
+            f"{more_budget_min(refused)} min larger (--budget {req.budget_min + more_budget_min(refused):g}); samples "
+            f"measured so far are kept in the store and reused.")
 
 
 def _budget_part(plan_note: str) -> str:

@@ -94,6 +94,10 @@ class ProfileMeta:
     """"class/phase/dtype" -> samples, of what `llmperf profile` was asked to sample but could not fit (fewer than
     profile_fit.MIN_SAMPLES_TO_FIT within the --budget, 0 included): predict prices those with the roofline and says
     why per class (FittedProfile.unfitted_note). Absent from profile.json when empty (older profiles unchanged)."""
+    unfitted_reasons: Mapping[str, str] = field(default_factory=dict)
+    """"class/phase/dtype" -> why the sampler left it out, of the unfitted groups it found a reason for (first-fit
+    shapes too slow to take past the deadline: profile_fit.refused_reason); predict adds it to the class's line. Absent
+    from profile.json when empty."""
 
     @property
     def serves_dtypes(self) -> tuple[str, ...]:
@@ -152,7 +156,8 @@ def roofline_sha256(roofline: Mapping[str, RooflineConstants]) -> str:
 
 
 PROFILE_KEYS = frozenset({"format", "format_version", "name", "roofline", "roofline_sha256", "dtype_aliases",
-                          "hardware", "library_versions", "provenance", "notes", "models", "meta_sha256", "unfitted"})
+                          "hardware", "library_versions", "provenance", "notes", "models", "meta_sha256", "unfitted",
+                          "unfitted_reasons"})
 """The top-level keys of profile.json, as write_profile writes them."""
 
 
@@ -218,6 +223,9 @@ def _write_files(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, s
     unfitted = {k: int(n) for k, n in sorted(meta.unfitted.items()) if k not in fitted}  # a refit (refine) fitted it
     if unfitted:
         doc["unfitted"] = unfitted
+    reasons = {k: str(why) for k, why in sorted(meta.unfitted_reasons.items()) if k in unfitted}
+    if reasons:
+        doc["unfitted_reasons"] = reasons
     doc["meta_sha256"] = meta_sha256(json.loads(json.dumps(doc)))  # as a reader will see it (lists, not tuples)
     (directory / META_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
@@ -302,6 +310,15 @@ def _unfitted(directory: Path, raw: object) -> dict[str, int]:
     return dict(raw)
 
 
+def _unfitted_reasons(directory: Path, raw: object, unfitted: Mapping[str, int]) -> dict[str, str]:
+    """profile.json's "unfitted_reasons": {"class/phase/dtype": why}, each of a group in "unfitted"."""
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and k in unfitted and isinstance(why, str)
+                                            for k, why in raw.items()):
+        raise _fail(directory, f"{META_FILE}'s unfitted_reasons {raw!r} is not a mapping of its unfitted "
+                               f"'class/phase/dtype' groups to a reason")
+    return dict(raw)
+
+
 def _unaligned_samples(directory: Path, raw: dict) -> int | None:
     count = raw.get("unaligned_samples")
     if count is None:
@@ -360,7 +377,8 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
         meta = ProfileMeta(name=str(doc["name"]), roofline=rc, dtype_aliases=dict(doc["dtype_aliases"]),
                            hardware=doc["hardware"], library_versions=doc["library_versions"],
                            provenance=doc["provenance"], models=models, notes=tuple(doc.get("notes", ())),
-                           unfitted=_unfitted(directory, doc.get("unfitted", {})))
+                           unfitted=(unfitted := _unfitted(directory, doc.get("unfitted", {}))),
+                           unfitted_reasons=_unfitted_reasons(directory, doc.get("unfitted_reasons", {}), unfitted))
     except ProfileError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:  # AttributeError: a list or

@@ -34,8 +34,8 @@ from llmperf_hook.profile.features import REQUIRED_DIMS, RooflineConstants, buil
 from llmperf_hook.profile.adaptive import most_uncertain
 from llmperf_hook.profile.budget import ProfileBudget, plan_budget
 from llmperf_hook.profile.budget import describe as describe_budget
-from llmperf_hook.profile.profile_fit import (MIN_SAMPLES_TO_FIT, UNFUSED_CLASSES, ProfileResult,  # noqa: F401
-                                              fit_and_write, measures_framework)
+from llmperf_hook.profile.profile_fit import (FIRST_FIT_MAX_SAMPLE_S, MIN_SAMPLES_TO_FIT,  # noqa: F401
+                                              UNFUSED_CLASSES, ProfileResult, fit_and_write, measures_framework)
 from llmperf_hook.resources import llmperf_home
 from llmperf_hook.store import OpSampleRecord, Store, dims_key, open_store
 
@@ -150,10 +150,15 @@ def _specs(req: ProfileRequest, ops: Sequence[str], rc: RooflineConstants, name:
             sys.stderr.write(f"note: the --for job runs none of --ops {','.join(req.ops)} (its op classes: "
                              f"{', '.join(sorted({s.op_class for s in job}))}), so none of its shapes are sampled; "
                              f"only the space-filling design of those classes is\n")
-    ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
+    ranges = ranges_for(req.device)
     # The design's first round comes group by group, so a short budget still fits the leading classes.
     specs += plans.fit_first(plans.design_specs(ops, ranges, DESIGN_PER_CLASS), MIN_SAMPLES_TO_FIT)
     return specs + plans.aligned_specs(ops, ranges)  # power-of-two shapes, after the design (plan.ALIGNED_CLASSES)
+
+
+def ranges_for(device: str) -> Mapping[str, Mapping[str, tuple[float, float]]]:
+    """The shape ranges sampled on `device`: plan.CPU_RANGES on the CPU, plan.GPU_RANGES on CUDA."""
+    return plans.CPU_RANGES if device == "cpu" else plans.GPU_RANGES
 
 
 def _local_cluster(name: str, rc: RooflineConstants):
@@ -169,12 +174,6 @@ def _record(store: Store, req: ProfileRequest, name: str, spec: plans.SampleSpec
             fp: str, versions: Mapping[str, str]) -> None:
     store.record_op_samples([OpSampleRecord(name, req.dtype, spec.op_class, spec.phase, spec.dims, time_s,
                                             "sampler", fp, versions)])
-
-
-FIRST_FIT_MAX_SAMPLE_S = 0.5
-"""Past the deadline, a class asked for that cannot be fitted yet still gets its MIN_SAMPLES_TO_FIT shapes, each
-estimated to take at most this long (the design's small ones: a 12-s --budget is spent on torch's import, LightGBM's
-and the peaks before any sampling, and a profile with no regressor is no profile)."""
 
 
 def _first_fit_classes(req: ProfileRequest, specs: Sequence[plans.SampleSpec]) -> frozenset[str] | None:
@@ -211,7 +210,7 @@ class SamplingDeadline:
         class's estimates are taken at it at least for the rest of the run."""
         self.refused: dict[tuple[str, str], tuple[int, float]] = {}
         """{(op class, phase): (its first-fit shapes not measured past the deadline, each estimated over
-        FIRST_FIT_MAX_SAMPLE_S; their estimated seconds together)} (refused_note)."""
+        FIRST_FIT_MAX_SAMPLE_S; their estimated seconds together)} (profile_fit.unfitted_note says them)."""
 
     def allows(self, spec: plans.SampleSpec, estimate_s: float, now_s: float | None = None) -> bool:
         """Whether `spec`, estimated at `estimate_s`, is measured now (`now_s`: a time.perf_counter() time the plan
@@ -252,24 +251,6 @@ class SamplingDeadline:
     def add(self, spec: plans.SampleSpec) -> None:
         key = (spec.op_class, spec.phase)
         self.counts[key] = self.counts.get(key, 0) + 1
-
-
-def refused_note(refused: Mapping[tuple[str, str], tuple[int, float]], fitted: Sequence[str],
-                 dtype: str) -> str | None:
-    """Why a class asked for is left without a regressor although first fits run past the deadline: its shapes were
-    estimated too slow for one (SamplingDeadline.refused), at the pace its class ran here or a shape of it stopped
-    over its time (the 'not measured' note said which), and how much more --budget measures them (the 'not fitted'
-    note's "whatever the --budget" holds for shapes under FIRST_FIT_MAX_SAMPLE_S only). None when every such class
-    was fitted."""
-    left = {f"{c}/{p}/{dtype}": n_s for (c, p), n_s in sorted(refused.items()) if f"{c}/{p}/{dtype}" not in fitted}
-    if not left:
-        return None
-    listed = ", ".join(f"{key} ({n} shape{'' if n == 1 else 's'}, about {s:.0f} s)" for key, (n, s) in left.items())
-    more_min = math.ceil(sum(s for _, s in left.values()) / 60.0)
-    return (f"left on the roofline because their first-fit shapes were not measured past the sampling deadline: "
-            f"{listed} at the pace their class ran here, where past the deadline a first fit takes only shapes "
-            f"estimated under {FIRST_FIT_MAX_SAMPLE_S} s each; the same command with a --budget at least "
-            f"{more_min} min larger measures them before its deadline")
 
 
 def expected_run(specs: Sequence[plans.SampleSpec], deadline: SamplingDeadline, rc: RooflineConstants,
@@ -357,8 +338,11 @@ def _measure_all(specs: Sequence[plans.SampleSpec], deadline: SamplingDeadline |
     return measured
 
 
-_WARMED: set[tuple[str, str, str, str]] = set()
-"""(op class, phase, dtype, device) whose code path this process has run (warm_up): one-time costs are per process."""
+_WARMED: set[tuple[str, str, str, str, Callable]] = set()
+"""(op class, phase, dtype, device, runner factory) whose code path this process has run (warm_up): one-time costs
+are per process. The factory (op_sampler.make_runner, or a test's stand-in for it) is in the key, so a stand-in is
+warmed up on its own first call whatever ran before it in the process, never skipped because the real runner or
+another test's stand-in ran that class first."""
 
 
 def warm_up(op_class: str, phase: str, dtype: str, device: str) -> None:
@@ -369,13 +353,12 @@ def warm_up(op_class: str, phase: str, dtype: str, device: str) -> None:
     at load 9; a first fit past the deadline is given 10 s (OVER_DEADLINE_S) for its 7 calls, so that shape was
     stopped and its class taken at 9063x its roofline, which refused every other first-fit shape of it
     (FIRST_FIT_MAX_SAMPLE_S): `--ops gemm,layernorm` under load ended with no layernorm backward regressor."""
-    key = (op_class, phase, dtype, device)
-    ranges = plans.CPU_RANGES if device == "cpu" else plans.GPU_RANGES
+    from llmperf_hook.profile import op_sampler
+
+    key, ranges = (op_class, phase, dtype, device, op_sampler.make_runner), ranges_for(device)
     if key in _WARMED or op_class not in ranges:
         return
     _WARMED.add(key)
-    from llmperf_hook.profile import op_sampler
-
     smallest = plans.complete_dims(op_class, {dim: float(low) for dim, (low, _) in ranges[op_class].items()})
     try:
         op_sampler.make_runner(op_class, smallest, phase == "bwd", dtype, device)()
@@ -383,7 +366,7 @@ def warm_up(op_class: str, phase: str, dtype: str, device: str) -> None:
             import torch
 
             torch.cuda.synchronize()
-    except (MemoryError, RuntimeError):  # the sampled shapes' own measurements say what fails
+    except Exception:  # untimed and unrecorded: the sampled shapes' own measurements say what fails, and how
         _free_memory(device)
 
 
@@ -449,7 +432,7 @@ def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: Profile
                     per_class: int = 12, seed: int = 0) -> list[plans.SampleSpec]:
     """Candidates where bootstrap regressors disagree most (adaptive.most_uncertain, the rule the operator
     benchmark's --design adaptive also applies)."""
-    ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
+    ranges = ranges_for(req.device)
     rng = np.random.default_rng(seed)
     out = []
     for (cls, phase, _), s in sorted(groups.items()):
@@ -540,10 +523,9 @@ def _run_profile(req: ProfileRequest) -> ProfileResult:
                       f"{MIN_SAMPLES_TO_FIT} shapes of a first fit (the --budget is smaller than a profile of them "
                       f"takes here)")
     result = fit_and_write(req, name, rc, fp, versions, groups, measured + adaptive, len(specs) - len(todo),
-                           plan_note, budget, asked={(s.op_class, s.phase) for s in specs})
-    refused = refused_note(deadline.refused, result.fitted_classes, req.dtype)
-    return replace(result, notes=(*result.notes, refused) if refused else result.notes,
-                   phase_ends_s=(("start-up, torch and the peaks", sampling_s), ("sampling", sampled_s),
+                           plan_note, budget, asked={(s.op_class, s.phase) for s in specs},
+                           refused={f"{c}/{p}/{req.dtype}": v for (c, p), v in deadline.refused.items()})
+    return replace(result, phase_ends_s=(("start-up, torch and the peaks", sampling_s), ("sampling", sampled_s),
                                  *result.phase_ends_s), expected_measured=run[0])
 
 

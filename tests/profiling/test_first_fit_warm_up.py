@@ -18,6 +18,7 @@ import pytest
 from llmperf_hook.profile import op_sampler, plan, sampler
 from llmperf_hook.profile.budget import plan_budget
 from llmperf_hook.profile.features import RooflineConstants
+from llmperf_hook.profile.profile_fit import unfitted_note
 
 pytest.importorskip("torch")
 
@@ -89,10 +90,13 @@ def test_a_class_too_slow_for_a_first_fit_is_named_with_the_reason() -> None:
     assert got == 0 and deadline.refused.keys() == {("layernorm", "bwd")}, deadline.refused
     shapes, seconds = deadline.refused[("layernorm", "bwd")]
     assert shapes == len(specs) and seconds == pytest.approx(at_pace_s), deadline.refused
-    note = sampler.refused_note(deadline.refused, ("layernorm/fwd/fp32",), "fp32")
-    assert note and f"layernorm/bwd/fp32 ({len(specs)} shapes, about {at_pace_s:.0f} s)" in note, note
-    assert "left on the roofline" in note and f"--budget at least {math.ceil(at_pace_s / 60)} min larger" in note, note
-    assert sampler.refused_note(deadline.refused, ("layernorm/bwd/fp32",), "fp32") is None  # fitted after all
+    refused = {f"{c}/{p}/fp32": v for (c, p), v in deadline.refused.items()}
+    note = unfitted_note({"layernorm/bwd/fp32": 0}, "cpu", "box", refused, 0.35)
+    assert f"layernorm/bwd/fp32: {len(specs)} shapes, about {at_pace_s:.0f} s" in note, note
+    more_min = max(math.ceil(at_pace_s / 60), 1)
+    assert "roofline" in note and f"--budget at least {more_min} min larger" in note, note
+    assert f"--ops layernorm --budget {0.35 + more_min:g} --name box" in note, note
+    assert "whatever the --budget" not in note, note  # not true of a class too slow for a first fit
 
 
 def test_a_cuda_warm_up_is_the_smallest_shape_and_ends_before_the_first_timed_call(
