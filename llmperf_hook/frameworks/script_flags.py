@@ -25,6 +25,7 @@ _INT = (
     "cpu-offloading-num-layers", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
     "moe-router-num-groups", "moe-router-group-topk", "pad-vocab-size-to", "ds-sequence-parallel-fpdt-chunk-size",
     "extra-vocab-size", "padded-vocab-size", "max-length", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
+    "wgrad-deferral-limit",
     # OpenRLHF (openrlhf/cli/train_*.py): frameworks/openrlhf.py
     "max-len", "micro-train-batch-size", "train-batch-size", "zpg",
 )
@@ -150,7 +151,8 @@ NOT_MODELLED: dict[str, str] = {
     "use_megatron_fsdp": "Megatron FSDP modelled as the ZeRO stage of its --data-parallel-sharding-strategy",
     "cpu_offloading": "activation CPU offloading: GPU and host memory priced, its PCIe copies assumed hidden "
                       "behind the layers' compute (not timed)",
-    "defer_embedding_wgrad_compute": "deferred embedding wgrad not modelled",
+    "defer_embedding_wgrad_compute": "deferred embedding wgrad: the buffers it keeps are priced, its GEMMs' move "
+                                     "into the pipeline flush is not timed",
     "num_distributed_optimizer_instances": "multiple distributed-optimizer instances: their state and optimizer step "
                                            "are sharded per instance, their gradient reduction and parameter gather "
                                            "priced as one instance's over all dp x cp ranks",
@@ -170,12 +172,15 @@ def megatron_memory_fields(flags: FlagValues) -> dict[str, object]:
     """TrainingConfig fields of the Megatron flags that change what Transformer Engine and the loss keep in memory
     (schedule/memory.py, schedule/activations.py): --fp8-recipe (default delayed, arguments.py), --disable-parameter-
     transpose-cache, and --cross-entropy-fusion-impl (default native) when --cross-entropy-loss-fusion is given
-    (language_module.py compute_language_model_loss reads the impl only then); and the layers --first-last-layers-bf16
-    keeps out of FP8 (graph/build.py prices them as bf16 layers)."""
+    (language_module.py compute_language_model_loss reads the impl only then); --wgrad-deferral-limit (default 0)
+    when --defer-embedding-wgrad-compute is given; and the layers --first-last-layers-bf16 keeps out of FP8
+    (graph/build.py prices them as bf16 layers)."""
     fused = bool(flags.get("cross_entropy_loss_fusion"))
     return {"fp8_recipe": str(flags.get("fp8_recipe") or "delayed"),
             "parameter_transpose_cache": not flags.get("disable_parameter_transpose_cache"),
             "cross_entropy_fusion_impl": str(flags.get("cross_entropy_fusion_impl") or "native") if fused else "",
+            "wgrad_deferral_limit": int(flags.get("wgrad_deferral_limit") or 0)
+            if flags.get("defer_embedding_wgrad_compute") else None,
             **bf16_edge_layer_fields(flags)}
 
 
@@ -199,6 +204,7 @@ def apply_memory_flags(cfg: TrainingConfig, flags: FlagValues) -> TrainingConfig
     sources = dict(cfg.sources)
     for field, dest in (("fp8_recipe", "fp8_recipe"), ("parameter_transpose_cache", "disable_parameter_transpose_cache"),
                         ("cross_entropy_fusion_impl", "cross_entropy_fusion_impl"),
+                        ("wgrad_deferral_limit", "defer_embedding_wgrad_compute"),
                         ("bf16_layers_at_start", "first_last_layers_bf16"),
                         ("bf16_layers_at_end", "first_last_layers_bf16")):
         if flags.has(dest):

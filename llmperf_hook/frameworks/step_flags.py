@@ -74,8 +74,8 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
                                    "all-reduce are not timed"),
     "log_num_zeros_in_grad": NotModelled(False, "a count of the zeros of every gradient each step is not timed"),
     "manual_gc_interval": NotModelled(0, "a full gc.collect() every N steps (with --manual-gc) is not timed"),
-    "cross_entropy_loss_fusion": NotModelled(False, "fused cross-entropy priced as Megatron's unfused vocab-parallel "
-                                             "cross-entropy"),
+    "cross_entropy_loss_fusion": NotModelled(False, "fused cross-entropy timed as Megatron's unfused vocab-parallel "
+                                             "cross-entropy (its memory is priced)"),
     "no_persist_layer_norm": NotModelled(False, "apex's non-persistent layer-norm kernel (local layers) priced as "
                                          "the default one"),
     "ddp_pad_buckets_for_high_nccl_busbw": NotModelled(False, "gradient buckets padded to 2^16 elements: the "

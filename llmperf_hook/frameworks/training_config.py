@@ -504,8 +504,13 @@ class TrainingConfig:
     micro-batch instead of caching its fp8 copies (is_first_microbatch is not passed)."""
     cross_entropy_fusion_impl: str = ""
     """Megatron --cross-entropy-loss-fusion with --cross-entropy-fusion-impl: "native" (fused_vocab_parallel_cross_
-    entropy, memory as the unfused one) or "te" (Transformer Engine's parallel_cross_entropy: no fp32 copy of the
-    logits, the gradient written into them); "" = not fused."""
+    entropy under torch.compile: one fp32 copy of the logits more than the unfused one, schedule/activations.py) or
+    "te" (Transformer Engine's parallel_cross_entropy: no fp32 copy of the logits, the gradient written into them);
+    "" = not fused."""
+    wgrad_deferral_limit: int | None = None
+    """Megatron --defer-embedding-wgrad-compute's --wgrad-deferral-limit: micro-batches whose output-layer weight
+    gradient waits for the pipeline flush, their input and logits gradient kept until then (0 = all, Megatron's
+    default; ModelParallelConfig); None without the flag."""
     cuda_device_max_connections: int = 1
     """The job's CUDA_DEVICE_MAX_CONNECTIONS (its environment): hardware work queues from the host to the GPU (CUDA
     Programming Guide, CUDA Environment Variables: 1 to 32, default 8). 1 keeps kernels in launch order, so the

@@ -363,8 +363,8 @@ def output_activation_bytes(cfg: TrainingConfig) -> float:
     (with --cross-entropy-loss-fusion) runs Transformer Engine's parallel_cross_entropy on the logits as they are: it
     works in fp32 inside its Triton kernel, saves only the logits and per-token statistics (cross_entropy.py
     CrossEntropyFunction: ctx.save_for_backward(_input, target, m_d_X_y)) and writes the gradient into them, so the
-    fp32 copy's 4sbv/t is not held. A torch script (torch_script_model) runs torch's loss instead:
-    torch_cross_entropy_bytes."""
+    fp32 copy's 4sbv/t is not held. The native fused loss holds one fp32 copy more: native_fused_loss_extra_bytes.
+    A torch script (torch_script_model) runs torch's loss instead: torch_cross_entropy_bytes."""
     m, p = cfg.model, cfg.parallel
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
     v_h = m.padded_vocab_size / m.hidden_size
@@ -373,7 +373,51 @@ def output_activation_bytes(cfg: TrainingConfig) -> float:
     if cfg.cross_entropy_fusion_impl == "te" and "megatron" in cfg.framework:
         return sbh / p.tp * (4 + act_bytes(cfg) * v_h)
     logits_16bit = act_bytes(cfg) if act_bytes(cfg) < FP32_BYTES else 0
-    return sbh / p.tp * (4 * (1 + v_h) + logits_16bit * v_h)
+    return sbh / p.tp * (4 * (1 + v_h) + logits_16bit * v_h) + native_fused_loss_extra_bytes(cfg)
+
+
+def logits_elements(cfg: TrainingConfig) -> float:
+    """s b v / t: one micro-batch's logits on a rank of the last stage (v the padded vocabulary)."""
+    m, p = cfg.model, cfg.parallel
+    return m.seq_length / p.cp * cfg.batch.micro_batch_size * m.padded_vocab_size / p.tp
+
+
+def native_fused_loss_extra_bytes(cfg: TrainingConfig) -> float:
+    """Megatron --cross-entropy-loss-fusion with --cross-entropy-fusion-impl native (the default): one fp32 copy
+    of the logits, 4sbv/t, beyond the unfused loss. fused_vocab_parallel_cross_entropy (core_v0.16.1 fusions/
+    fused_cross_entropy.py) runs the unfused loss's steps as @jit_fuser functions, torch.compile since torch 2.2
+    (megatron/core/jit.py). Its backward, calculate_gradients, updates the saved fp32 softmax in place
+    (`grad_2d[arange_1d, masked_target_1d] -= softmax_update`, then `mul_`) and returns `.to(torch.bfloat16)`; the
+    compiled graph functionalises the index_put: Inductor writes the updated softmax into a new fp32 [s b, v/t]
+    buffer, copies it back into the input and casts it, the three alive together (checked: torch 2.13's output code
+    for these ops allocates the fp32 buffer beside the bf16 output; the forward's in-place subtract and exp are
+    written into their input, no copy), where the unfused loss (tensor_parallel/cross_entropy.py) works in place.
+    Measured: Megatron-LM CI's gpt3_mcore_te_tp2_pp2 with the fusion allocates 1.71 GiB, without it 1.33, +0.38 =
+    4 x 4096 x 25152 bytes (benchmarks/megatron_ci_configs.py --golden)."""
+    if cfg.cross_entropy_fusion_impl != "native" or "megatron" not in cfg.framework or torch_script_model(cfg):
+        return 0.0
+    return FP32_BYTES * logits_elements(cfg)
+
+
+def deferred_embedding_wgrad_bytes(cfg: TrainingConfig) -> float:
+    """Last stage under Megatron --defer-embedding-wgrad-compute: what the output layer keeps for the weight
+    gradients it defers to the pipeline flush (core_v0.16.1 tensor_parallel/layers.py ColumnParallelLinear.forward
+    appends its input to embedding_activation_buffer; LinearWithGradAccumulationAndAsyncCommunication.backward
+    appends grad_output, the logits' gradient, to grad_output_buffer and skips the wgrad GEMM, both while fewer
+    than --wgrad-deferral-limit are held, 0 = no limit; schedules.py finish_embedding_wgrad_compute ->
+    utils.drain_embedding_wgrad_compute pops them after the last backward). The stage's peak is at a micro-batch's
+    loss, with the earlier micro-batches' min(limit, m - 1) pairs held: each its logits gradient (16-bit, sbv/t)
+    and its input (sbh, /t under SP). Measured: Megatron-LM CI's gpt3_mcore_te_tp2_pp2 with the flag and limit 2
+    allocates 1.76 GiB, without 1.33 (+0.43; this counts 0.39)."""
+    limit, m = cfg.wgrad_deferral_limit, cfg.batch.num_microbatches
+    if limit is None or cfg.framework != "megatron" or cfg.parallel.pp == 1:
+        return 0.0
+    kept = min(limit or m, m - 1)
+    p = cfg.parallel
+    sb = cfg.model.seq_length / p.cp * cfg.batch.micro_batch_size
+    grad = act_bytes(cfg) * logits_elements(cfg)
+    inputs = act_bytes(cfg) * sb * cfg.model.hidden_size / (p.tp if p.sequence_parallel else 1)
+    return kept * (grad + inputs)
 
 
 TORCH_LOSS_BACKWARD_TENSORS = 3

@@ -355,13 +355,17 @@ def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]
         out["embedding_activations"] = act.embedding_activation_bytes(cfg) * in_flight
     if stage.stage == cfg.parallel.pp - 1:
         out["logits_and_loss"] = act.output_activation_bytes(cfg)
+        deferred = act.deferred_embedding_wgrad_bytes(cfg)
+        if deferred:
+            out["deferred_embedding_wgrad"] = deferred
         if cfg.model.mtp_num_layers:
             out["mtp_activations"] = act.mtp_activation_bytes(cfg)
     return out
 
 
 TRANSIENT_PARTS = frozenset({"activations", "recompute_working_set", "softmax_backward_working_set",
-                             "embedding_activations", "logits_and_loss", "mtp_activations"})
+                             "embedding_activations", "logits_and_loss", "mtp_activations",
+                             "deferred_embedding_wgrad"})
 """Components alive in the backward only; the caching allocator's residue applies to them
 (allocator_reserve.FRAGMENTATION_FRACTION)."""
 

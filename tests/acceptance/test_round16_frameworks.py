@@ -141,10 +141,12 @@ def test_deferred_embedding_wgrad_needs_a_pipeline(layout: list[str], refusal: s
 
 def test_tune_keeps_a_pipeline_for_deferred_embedding_wgrad(tmp_path: Path, capsys, monkeypatch) -> None:
     """tune keeps --defer-embedding-wgrad-compute, so it must keep PP > 1: searching PP 1 it rewrote this PP 4
-    job to PP 1, a command Megatron refuses at start-up (and explain now does)."""
+    job to PP 1, a command Megatron refuses at start-up (and explain now does). --wgrad-deferral-limit 1: without a
+    limit the last stage keeps every micro-batch's logits gradient until the flush (1 GiB each here), out of memory."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text("pipeline_parallel: [1]\n")
     command = [*LLAMA3_8B_CP, "--pipeline-model-parallel-size", "4", "--defer-embedding-wgrad-compute",
+               "--wgrad-deferral-limit", "1",
                "--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer"]
     command[command.index("--nproc-per-node"):command.index("--nproc-per-node") + 2] = ["--nproc-per-node", "8",
                                                                                           "--nnodes", "2"]

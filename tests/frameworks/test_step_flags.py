@@ -50,7 +50,7 @@ def _step_s(*argv: str) -> float:
     ("--no-contiguous-buffers-in-local-ddp", "--no-contiguous-buffers-in-local-ddp: local DDP without"),
     ("--log-params-norm", "--log-params-norm: the L2 norm of every parameter"),
     ("--log-num-zeros-in-grad", "--log-num-zeros-in-grad: a count of the zeros"),
-    ("--cross-entropy-loss-fusion", "--cross-entropy-loss-fusion: fused cross-entropy priced as"),
+    ("--cross-entropy-loss-fusion", "--cross-entropy-loss-fusion: fused cross-entropy timed as"),
     ("--deterministic-mode", "--deterministic-mode: deterministic kernels"),
 ])
 def test_flag_that_changes_the_step_warns(flag: str, expected: str) -> None:
