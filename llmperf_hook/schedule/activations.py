@@ -110,10 +110,31 @@ def mlp_terms(cfg: TrainingConfig) -> tuple[float, float]:
         # The experts' FC1 saves its input for the weight gradient: the routed copies, k x ETP x (sbh / t under SP)
         # per rank (graph/moe_ops.py)
         replicated += gb * sbh * m.moe_router_topk * max(1, cfg.parallel.etp) * share
+    elif cfg.framework == "megatron-deepspeed":
+        replicated = deepspeed_moe_saved_bytes(cfg)
     split = mlp(routed, fc2_input=not recomputes(cfg, "moe_act"))
     if m.moe_shared_expert_intermediate_size and not recomputes(cfg, "shared_experts"):
         split += mlp(m.moe_shared_expert_intermediate_size)  # shared experts: one more MLP, TP-split
     return replicated, split
+
+
+def deepspeed_moe_saved_bytes(cfg: TrainingConfig) -> float:
+    """What Megatron-DeepSpeed's MoE layer (deepspeed.moe.layer.MoE -> sharded_moe.MOELayer, DeepSpeed v0.19.4 on:
+    #8195 619e3199d) keeps for its backward besides the experts' intermediates (mlp_terms' split term), one
+    micro-batch, in sbh units (n = s b tokens, /t under SP as layer_activation_bytes divides the replicated term):
+    - the gate's fp32 copy of its input: TopKGate.forward `input_fp32 = input.float()`, F.linear saves it: 4;
+    - the experts' FC1 input, the k routed copies of every token (capacity factor 1): _sparse_encode's [E, C, M]
+      buffer, cut to 1/TP per rank by drop_tokens before the dispatch all-to-all, re-gathered whole by gather_tokens
+      after it with --enable-expert-tensor-parallelism (etp = TP): a k etp / t;
+    - _sparse_decode's `routed * gates.unsqueeze(-1)` saves `routed`, the k expert outputs of every token (after
+      gather_tokens on every TP rank): a k.
+    The bf16 norm output itself is kept by none of them (index_select keeps only its index). DeepSpeed up to
+    v0.19.3 encodes and decodes with dense einsums over one-hot [S, E, C] tensors that autograd keeps as well
+    (quadratic in the tokens): not priced, the current release is."""
+    m, p = cfg.model, cfg.parallel
+    sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
+    k, ab = m.moe_router_topk, act_bytes(cfg)
+    return sbh * (FP32_BYTES + ab * k * max(1, p.etp) / p.tp + ab * k)
 
 
 def fp8_saves_gemm_inputs(cfg: TrainingConfig) -> bool:

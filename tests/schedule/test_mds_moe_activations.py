@@ -1,0 +1,55 @@
+"""What Megatron-DeepSpeed's DeepSpeed-MoE layer keeps for its backward (schedule/activations.deepspeed_moe_saved_bytes,
+DeepSpeed v0.19.4+ sharded_moe.py), on a TP 2 job (h 1024, 2 x 2048 tokens, top-2, 8 experts, fp16):
+
+  gate's fp32 input copy      4 sbh                       TopKGate.forward input.float() -> F.linear
+  experts' FC1 input          2 k sbh / TP  (no flag)      drop_tokens before the dispatch all-to-all
+                              2 k sbh       (--enable-expert-tensor-parallelism: gather_tokens after it)
+  decode's routed outputs     2 k sbh                      _sparse_decode: routed * gates saves routed
+the experts' intermediates (the TP-split term) are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.frameworks.resolve import resolve_job
+from llmperf_hook.schedule import activations as act
+
+H, T, K, TP = 1024, 2 * 2048, 2, 2
+SBH = T * H
+MDS = ("deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 2 --no-pipeline-parallel "
+       f"--num-layers 2 --hidden-size {H} --ffn-hidden-size 4096 --num-attention-heads 16 --seq-length 2048 "
+       "--max-position-embeddings 2048 --micro-batch-size 2 --global-batch-size 64 --tokenizer-type GPT2BPETokenizer "
+       f"--deepspeed --deepspeed_config ds.json --fp16 --num-experts 8 --expert-interval 1 --topk {K} "
+       "--moe-expert-parallel-size 2").split()
+DS_CONFIG = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1},
+             "fp16": {"enabled": True}}
+
+
+@pytest.fixture()
+def in_job_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps(DS_CONFIG))
+    return tmp_path
+
+
+def _cfg(*extra: str):
+    return resolve_job([*MDS, *extra], {})[1]
+
+
+def test_moe_layer_keeps_gate_copy_fc1_input_and_routed_outputs(in_job_dir: Path) -> None:
+    whole, split = _cfg(), _cfg("--enable-expert-tensor-parallelism")
+    assert (whole.parallel.etp, split.parallel.etp) == (1, TP)
+    assert act.mlp_terms(whole)[0] == pytest.approx(SBH * (4 + 2 * K / TP + 2 * K))
+    assert act.mlp_terms(split)[0] == pytest.approx(SBH * (4 + 2 * K + 2 * K))
+    assert act.mlp_terms(whole)[1] == act.mlp_terms(split)[1]  # the experts' intermediates: k n f / TP either way
+
+
+def test_only_megatron_deepspeed_runs_deepspeed_moe(in_job_dir: Path) -> None:
+    cfg = _cfg()
+    hf = replace(cfg, framework="hf-deepspeed")  # transformers' own MoE blocks: not DeepSpeed's MOELayer
+    assert act.mlp_terms(hf)[0] == pytest.approx(2 * SBH)
