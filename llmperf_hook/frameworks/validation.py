@@ -235,10 +235,12 @@ def _check_deepspeed_expert_groups(cfg: TrainingConfig) -> None:
     """Megatron-DeepSpeed's MoE layers are DeepSpeed's (deepspeed/moe/layer.py MoE._create_process_groups), whose
     expert groups split each pipeline stage's ranks: deepspeed/utils/groups.py _create_expert_and_data_parallel
     `_ensure_divisibility(world_size // pp_size, ep_size)` ('N is not divisible by EP'); with
-    --enable-expert-tensor-parallelism _create_expert_data_and_model_parallel asserts `_ensure_divisibility(
-    dp_world_size, expert_parallel_size_)` instead."""
+    --enable-expert-tensor-parallelism (at any TP: Megatron-DeepSpeed always gives DeepSpeed an mpu)
+    _create_expert_data_and_model_parallel asserts `_ensure_divisibility(dp_world_size, expert_parallel_size_)`
+    instead, the mpu's DP (world / (TP x PP x Ulysses SP), megatron/core/parallel_state.py)."""
     p = cfg.parallel
-    if p.etp_follows_tp and p.tp > 1 and p.dp % p.ep:
+    _check_deepspeed_moe_sequence_parallel(cfg)
+    if p.etp_follows_tp and p.dp % p.ep:
         raise ConfigError(
             f"data-parallel size {p.dp} is not divisible by the expert-parallel size {_at(cfg, 'ep', p.ep)}: with "
             f"--enable-expert-tensor-parallelism DeepSpeed asserts '{p.dp} is not divisible by {p.ep}' "
@@ -252,6 +254,33 @@ def _check_deepspeed_expert_groups(cfg: TrainingConfig) -> None:
             f"DeepSpeed's MoE builds its expert groups within a stage and asserts '{per_stage} is not divisible by "
             f"{p.ep}' (deepspeed/utils/groups.py _create_expert_and_data_parallel). Use an expert-parallel size among "
             f"{_divisors(per_stage)}.")
+
+
+def _check_deepspeed_moe_sequence_parallel(cfg: TrainingConfig) -> None:
+    """Megatron-DeepSpeed's --sequence-parallel with DeepSpeed's MoE at TP > 1 (neither asserts against it): the
+    MoE input is each TP rank's own sequence shard, but MOELayer.forward (deepspeed/moe/sharded_moe.py, 0.19.8)
+    takes the TP ranks' E x C slots as copies, keeps 1/TP of them (drop_tokens) and fills the rest from the other
+    ranks (gather_tokens). Without --enable-expert-tensor-parallelism the experts' RowParallelLinear still reads
+    config.sequence_parallel and reduce-scatters their output over TP (megatron/core/tensor_parallel/layers.py
+    RowParallelLinear.forward, before its is_expert_without_slicing branch): 'First dimension of the tensor should be
+    divisible by tensor parallel size' or a shape error in MOELayer.forward's view at the first step. With it the
+    layer runs, but each rank combines slots the other TP ranks filled with their own tokens."""
+    p = cfg.parallel
+    if cfg.model.num_experts <= 0 or not p.sequence_parallel or p.tp <= 1:
+        return
+    if p.etp_follows_tp:
+        why = ("the layer runs, but gather_tokens fills this rank's E x C slots from the other TP ranks' tokens "
+               "(deepspeed/moe/sharded_moe.py MOELayer.forward, mappings.py): each rank's output mixes in other TP "
+               "ranks' tokens")
+    else:
+        why = ("the experts' RowParallelLinear still reduce-scatters their output over TP under "
+               "--sequence-parallel (Megatron-DeepSpeed megatron/core/tensor_parallel/layers.py: "
+               "reduce_scatter_to_sequence_parallel_region before the is_expert_without_slicing branch), which breaks "
+               "MOELayer.forward's shapes at the first step")
+    raise ConfigError(
+        f"--sequence-parallel with DeepSpeed's MoE ({_at(cfg, 'num_experts', cfg.model.num_experts)} experts) at "
+        f"tensor-model-parallel-size {_at(cfg, 'tp', p.tp)}: each TP rank holds its own sequence shard, but "
+        f"DeepSpeed's MoE layer takes the TP ranks' tokens as copies of each other; {why}. Drop --sequence-parallel.")
 
 
 def virtual_stages_given(cfg: TrainingConfig) -> bool:

@@ -117,9 +117,10 @@ def router(ctx: LayerContext) -> Op:
 
 
 def deepspeed_moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
-    """DeepSpeed-MoE (Megatron-DeepSpeed) and Hugging Face MoE models: TP gather, router, permute, all-to-all
-    of the top-k copies, per-expert GEMMs (expert_ops: sequential), all-to-all, unpermute, TP reduce. Returns
-    the ops and the local experts (the expert GEMM group's repeat count)."""
+    """Hugging Face MoE models: TP gather, router, permute, all-to-all of the top-k copies, per-expert GEMMs
+    (expert_ops: sequential), all-to-all, unpermute, TP reduce; Megatron-DeepSpeed's DeepSpeed-MoE has no TP
+    gather / reduce around it (megatron_deepspeed_moe_ops). Returns the ops and the local experts (the expert GEMM
+    group's repeat count)."""
     if ctx.cfg.framework == "megatron-deepspeed":
         return megatron_deepspeed_moe_ops(ctx)
     m, p = ctx.cfg.model, ctx.cfg.parallel

@@ -166,7 +166,22 @@ def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray], world: in
         "DeepSpeed-MoE ZeRO-2 without contiguous_gradients": (cfg.framework == "megatron-deepspeed") & (experts > 0) & (
             cols["zero"] == 2) & (not cfg.optimizer.contiguous_gradients) & (cfg.optimizer.offload_optimizer == "none"),
         **_dispatcher_masks(cfg, cols),
+        **_deepspeed_moe_masks(cfg, cols, world),
     }
+
+
+def _deepspeed_moe_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
+    """Megatron-DeepSpeed's MoE layers (DeepSpeed's) at a TP the search tries: --sequence-parallel at TP > 1 breaks
+    or mixes their tokens, and --enable-expert-tensor-parallelism asserts DP % EP (validation.py
+    _check_deepspeed_moe_sequence_parallel and _check_deepspeed_expert_groups say why)."""
+    if cfg.framework != "megatron-deepspeed" or cfg.model.num_experts <= 0:
+        return {}
+    tp, ep = cols["tp"], cols["ep"]
+    masks = {"Megatron-DeepSpeed MoE refuses sequence parallel": (cols["sp"] > 0) & (tp > 1)}
+    if cfg.parallel.etp_follows_tp:
+        dp = world // np.maximum(tp * cols["pp"] * cols["cp"], 1)
+        masks["--enable-expert-tensor-parallelism needs dp % ep == 0"] = (dp < 1) | (dp % ep != 0)
+    return masks
 
 
 def _dispatcher_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -19,6 +19,7 @@ from llmperf_hook.graph.step_ops import dp_groups
 from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.tune.candidate import apply_candidate, candidate_of
 from llmperf_hook.tune.candidates import generate_candidates
+from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 from llmperf_hook.tune.search_space import parse_search_space
 
 H, FFN, T, K, E, EP = 1024, 4096, 2 * 2048, 2, 8, 2
@@ -112,6 +113,11 @@ def test_tune_candidates_keep_the_users_setting(in_job_dir: Path) -> None:
         table = generate_candidates(cfg, parse_search_space({"tensor_parallel": [1, 2, 4]}), 8)
         runs = set(zip(table.columns["tp"].tolist(), table.columns["etp"].tolist()))
         assert runs == {(tp, 1 if cfg is off else tp) for tp in (1, 2, 4)}  # what the surrogates price
+        # the TP-2 command: Megatron-DeepSpeed's parser has no --expert-tensor-parallel-size to write
+        row = next(i for i in range(len(table)) if table.columns["tp"][i] == 2)
+        argv = rewrite_megatron_argv(tp1, candidate_of(cfg), table.candidate(row), 2, cfg.framework)
+        assert argv[argv.index("--tensor-model-parallel-size") + 1] == "2"
+        assert "--expert-tensor-parallel-size" not in argv
 
 
 def test_the_flag_needs_data_parallel_divisible_by_ep(in_job_dir: Path) -> None:
@@ -120,3 +126,46 @@ def test_the_flag_needs_data_parallel_divisible_by_ep(in_job_dir: Path) -> None:
     assert _cfg(argv=tuple(argv)).parallel.ep == 8  # legacy groups: (world // pp) % EP holds
     with pytest.raises(ConfigError, match="_create_expert_data_and_model_parallel"):
         _cfg("--enable-expert-tensor-parallelism", argv=tuple(argv))
+
+
+def test_the_flag_asserts_dp_divisible_by_ep_at_tp_1_too(in_job_dir: Path) -> None:
+    """MoE._create_process_groups takes _create_expert_data_and_model_parallel whenever the flag is on and an mpu is
+    set (Megatron-DeepSpeed always passes one), whatever the TP; its DP excludes DeepSpeed-Ulysses' ranks."""
+    argv = [*MDS]
+    argv[argv.index("--tensor-model-parallel-size") + 1] = "1"
+    argv[argv.index("--moe-expert-parallel-size") + 1] = "8"
+    ulysses = (*argv, "--ds-sequence-parallel-size", "2")  # DP 4 of 8 ranks
+    assert _cfg(argv=ulysses).parallel.ep == 8  # legacy groups: world // pp = 8 splits into EP 8
+    with pytest.raises(ConfigError, match="_create_expert_data_and_model_parallel"):
+        _cfg("--enable-expert-tensor-parallelism", argv=ulysses)
+
+
+def test_sequence_parallel_is_refused_with_deepspeed_moe(in_job_dir: Path) -> None:
+    """Under --sequence-parallel each TP rank holds its own sequence shard, but MOELayer.forward's drop_tokens /
+    gather_tokens take the TP ranks' slots as copies: without the flag the experts' RowParallelLinear reduce-scatters
+    their output over TP (Megatron-DeepSpeed layers.py), which breaks the shapes at the first step; with it the
+    gathered slots mix the ranks' tokens."""
+    with pytest.raises(ConfigError, match="reduce_scatter_to_sequence_parallel_region"):
+        _cfg("--sequence-parallel")
+    with pytest.raises(ConfigError, match="other TP ranks' tokens"):
+        _cfg("--sequence-parallel", "--enable-expert-tensor-parallelism")
+    moe_flags = ("--num-experts", "--expert-interval", "--topk", "--moe-expert-parallel-size")
+    at = [MDS.index(flag) for flag in moe_flags]
+    dense = [a for i, a in enumerate(MDS) if i not in at and i - 1 not in at]
+    assert _cfg("--sequence-parallel", argv=tuple(dense)).parallel.sequence_parallel  # dense MDS keeps SP
+
+
+def test_tune_masks_what_deepspeed_moe_refuses(in_job_dir: Path) -> None:
+    from llmperf_hook.tune.candidates import rule_masks
+
+    for extra in ((), ("--enable-expert-tensor-parallelism",)):
+        cfg = _cfg(*extra)
+        table = generate_candidates(cfg, parse_search_space(
+            {"tensor_parallel": [1, 2, 4], "sequence_parallel": [False, True]}), 8)
+        masks = rule_masks(cfg, table.columns)
+        sp = masks["Megatron-DeepSpeed MoE refuses sequence parallel"]
+        assert sp.tolist() == ((table.columns["sp"] > 0) & (table.columns["tp"] > 1)).tolist() and sp.any()
+    cfg = _cfg("--enable-expert-tensor-parallelism")  # EP 2 of 8 ranks: TP 4 leaves DP 2, TP 8 DP 1
+    table = generate_candidates(cfg, parse_search_space({"tensor_parallel": [1, 2, 4, 8], "pipeline_parallel": [1]}), 8)
+    dp_rule = rule_masks(cfg, table.columns)["--enable-expert-tensor-parallelism needs dp % ep == 0"]
+    assert sorted(set(table.columns["tp"][dp_rule].tolist())) == [8] and len(set(table.columns["tp"])) == 4
