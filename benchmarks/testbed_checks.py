@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import statistics
 import time
@@ -46,7 +47,7 @@ def drift_check(home: Path, work: Path, indices: list[int], repeats: int, steps:
                    "ref": (before["cpu_s"] + after["cpu_s"]) / 2, **parts, **probes, **hook,
                    "change": abs(after["cpu_s"] - before["cpu_s"]) / before["cpu_s"], "run": r, "config": i}
             rows[i].append(row)
-            path.write_text(json.dumps({str(k): v for k, v in rows.items()}, indent=1))  # kept if cut short
+            save_rows(path, rows)  # kept if cut short
             print(f"  run {r} config {i:2d}: step CPU {m['cpu_s'] * 1e3:7.2f} ms wall {m['measured_s'] * 1e3:7.2f} ms; "
                   f"reference {before['cpu_s'] * 1e3:.2f} -> {after['cpu_s'] * 1e3:.2f} ms (hook "
                   f"{(m['hook_reference_s'] or 0) * 1e3:.2f}); probe fp32 {probe0['fp32'] * 1e3:.2f} -> "
@@ -56,6 +57,13 @@ def drift_check(home: Path, work: Path, indices: list[int], repeats: int, steps:
     print(f"  rows saved to {path}")
     for i, data in rows.items():
         print_drift_summary(i, data)
+
+
+def save_rows(path: Path, rows: dict[int, list[dict]]) -> None:
+    """The drift check's rows so far, replaced whole (a check killed while writing keeps the previous file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({str(k): v for k, v in rows.items()}, indent=1))
+    os.replace(tmp, path)
 
 
 def report_drift_file(path: Path) -> None:

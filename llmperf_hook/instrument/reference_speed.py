@@ -34,7 +34,8 @@ timed by the profile's sampler code) does not track it either, measured on 2026-
 --drift-configs 1,9 --steps 18`, 18:28-18:59, load 7.9-12.7 from other helpers' tests and benchmarks; rows and logs in
 /work/notes/h210/): step CPU time moved x1.12 (configuration 1, fp32) / x1.15
 (configuration 9, bf16). Read in the ranks after the last step, the probe of the configuration's dtype correlated
-+0.56 (fp32) / +0.72 (bf16), the best of all readings with the hook's reference (+0.52 / +0.66), but it moved
++0.56 (fp32) / +0.72 (bf16), above the hook's reference (+0.52 / +0.66) though not the best reading (the 1 MiB
+copy +0.64 on configuration 1, the uncounted DRAM copy +0.82 on configuration 9), but it moved
 x1.49 / x1.29 itself: normalising by it widened the spread (stdev of log step CPU 0.040 -> 0.105, 0.050 -> 0.061);
 the probe read in the benchmark's process: 0.091 / 0.050. The slope of log step time on log probe is 0.2-0.4,
 not 1, and even that slope fitted in-sample cut the spread by 15-40 % only (0.040 -> 0.033, 0.050 -> 0.035). The
@@ -53,9 +54,10 @@ between readings while another program ran on the other core, while four runs of
 A reading costs ~50 ms of CPU time (50-150 ms of wall time on a loaded machine). `speed_ratio` compares two readings
 taken with the same number of concurrent copies (`concurrent`: ranks of the job on the machine running it at
 once share caches and memory bandwidth).
-With LLMPERF_SPEED_PROBE set (`hidden,heads,seq,mbs`), every reading also times the speed probe of those GPT-layer
-shapes in fp32 and bf16 (instrument/speed_probe.py) into `extra.probe`, not counted in `cpu_s`: the hook's
-reading then carries it from inside the ranks (benchmarks/bench_cpu_testbed.py --drift-check sets it).
+With LLMPERF_SPEED_PROBE set (`hidden,heads,seq,mbs`), the hook's reading (and no other: not the profile's) also
+times the speed probe of those GPT-layer shapes in fp32 and bf16 (instrument/speed_probe.py, at most PROBE_LIMIT_S
+of wall time) into `extra.probe`, not counted in `cpu_s` or `wall_s`: it carries the probe from inside the ranks
+(benchmarks/bench_cpu_testbed.py --drift-check sets it). Unset, nothing of the probe is imported or run.
 torch is imported inside the functions only.
 """
 
@@ -70,8 +72,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from llmperf_hook.instrument.speed_probe import probe_from_env
-
 WORKLOAD = "v2: 12x gemm 256^3 + 8x copy 1 MiB + 1000 tiny adds; fp32, 1 thread, process CPU time, median of 7"
 """Readings are comparable only when their WORKLOAD strings are equal."""
 PART_REPS = 7
@@ -82,6 +82,11 @@ DRAM_SWEEP_ELEMS = 8 << 20
 """fp32 elements of the recorded, uncounted copy (32 MiB read + 32 MiB written)."""
 COUNTED_PARTS = ("gemm_s", "sweep_s", "dispatch_s")
 DISPATCH_OPS = 1000
+HOOK_WHERE = "hook"
+"""`where` of the step hook's reading (instrument/recorder.py): the only one that times the speed probe."""
+PROBE_ENV = "LLMPERF_SPEED_PROBE"
+"""`hidden,heads,seq,mbs`: the hook's reading also times the speed probe of those shapes (speed_probe.py). Unset,
+the probe's module is not even imported."""
 
 
 @dataclass(frozen=True)
@@ -182,9 +187,19 @@ def measure_reference(where: str = "", concurrent: int = 1, diagnostics: bool = 
     finally:
         if threads != 1:
             torch.set_num_threads(threads)
-    probe = probe_from_env()  # the job's own shapes, when LLMPERF_SPEED_PROBE names them (speed_probe.py)
-    return ReferenceReading(sum(parts[k] for k in COUNTED_PARTS), parts, time.perf_counter() - wall0, time.time(),
-                            concurrent, os.getloadavg()[0], WORKLOAD, where, {"probe": probe} if probe else {})
+    wall_s = time.perf_counter() - wall0
+    return ReferenceReading(sum(parts[k] for k in COUNTED_PARTS), parts, wall_s, time.time(), concurrent,
+                            os.getloadavg()[0], WORKLOAD, where, _hook_probe() if where == HOOK_WHERE else {})
+
+
+def _hook_probe() -> dict[str, Any]:
+    """{"probe": reading} when PROBE_ENV names a spec (speed_probe.probe_from_env: bounded, never raises), else {}."""
+    text = os.environ.get(PROBE_ENV)
+    if not text:
+        return {}
+    from llmperf_hook.instrument.speed_probe import probe_from_env
+
+    return {"probe": probe_from_env({PROBE_ENV: text})}
 
 
 def _child_code(start_unix_s: float, concurrent: int, where: str) -> str:

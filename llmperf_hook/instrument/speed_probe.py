@@ -7,10 +7,11 @@ track the CPU testbed's drift between runs (correlation +0.06..+0.52), and last 
 the step's dtype, timed the way the profile's op samples are, is the candidate that could: it measures what the
 profile measured, so a ratio of two probe readings is the ratio by which the profile's samples would have moved.
 Whether it tracks is measured by benchmarks/bench_cpu_testbed.py --drift-check. Measured on 28 Nov 2026 at load
-8-13 (instrument/reference_speed.py's docstring, benchmarks/results/cpu_testbed_history.md): it correlates best of all
-readings when read in the ranks (+0.56 fp32, +0.72 bf16) but moves 1.3-1.5x more than the step time, so normalising
-by it widens the spread; nothing is normalised by it. A reading costs ~50 ms of CPU for fp32 shapes of hidden 256,
-~1 s for bf16 ones on an AVX2-only EPYC (ATen's bf16 GEMM fallback).
+8-13 (instrument/reference_speed.py's docstring, benchmarks/results/cpu_testbed_history.md): read in the ranks in
+the configuration's dtype it correlates better than the reference (+0.56 fp32, +0.72 bf16), but it moved x1.49 /
+x1.29 itself where the step CPU time moved x1.12 / x1.15, so normalising by it widens the spread; nothing is
+normalised by it. A reading costs ~50 ms of CPU for fp32 shapes of hidden 256, ~1 s for bf16 ones on an AVX2-only
+EPYC (ATen's bf16 GEMM fallback).
 
 Shapes (ProbeShape) of one transformer layer of a GPT with `hidden` h, `heads`, `seq` s, micro-batch b
 (tokens t = b s): the QKV GEMM (m = t, n = 3h, k = h) forward and backward, the MLP's first GEMM (n = 4h) forward,
@@ -19,9 +20,10 @@ layernorm forward over [t, h], causal attention forward (b, heads, s, h / heads)
 per dtype (`probe_s`), lower = faster, comparable only between readings of the same spec.
 
 The probe runs in the ranks' own process when LLMPERF_SPEED_PROBE names its spec (`hidden,heads,seq,mbs`): the
-hook's reference reading after the last recorded step (instrument/recorder.py) then carries it in
-`extra.probe` (measure_reference). The in-job reading is the one that correlated best last session (+0.54): the
-drift looks partly per process. torch is imported inside the functions only.
+hook's reference reading after the last recorded step of a CPU job (instrument/recorder.py; never on a GPU job, and
+no other reading) then carries it in `extra.probe` (reference_speed.measure_reference), at most PROBE_LIMIT_S long.
+The in-job reading is the one that correlated best last session (+0.54): the drift looks partly per process.
+torch is imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -31,11 +33,15 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-PROBE_ENV = "LLMPERF_SPEED_PROBE"
-"""`hidden,heads,seq,mbs` of the job's GPT layer: the hook's reference reading also times the probe."""
+from llmperf_hook.instrument.reference_speed import PROBE_ENV
+
 PROBE_DTYPES = ("fp32", "bf16")
 TARGET_S = 0.008
 """Work per shape per dtype (op_sampler.measure's target; at least its 5 repetitions after 2 warm-up calls)."""
+PROBE_LIMIT_S = 10.0
+"""Wall seconds a whole reading may take: a shape whose first call shows its calls would pass what is left is not
+run (op_sampler.OverLimit), and the reading is an error. The testbed's bf16 shapes take ~1 s; a real model's shapes
+(hidden 4096) on a CPU would hold the job for minutes. Only that first call can pass the limit."""
 
 
 @dataclass(frozen=True)
@@ -99,20 +105,23 @@ class ProbeReading:
         return asdict(self) | {"probe_s": dict(self.probe_s), "shapes_s": {k: dict(v) for k, v in self.shapes_s.items()}}
 
 
-def measure_probe(spec: ProbeSpec, dtypes: tuple[str, ...] = PROBE_DTYPES, target_s: float = TARGET_S) -> ProbeReading:
-    """Time the spec's shapes in each dtype on one torch thread (the caller's thread count restored)."""
+def measure_probe(spec: ProbeSpec, dtypes: tuple[str, ...] = PROBE_DTYPES, target_s: float = TARGET_S,
+                  limit_s: float = PROBE_LIMIT_S) -> ProbeReading:
+    """Time the spec's shapes in each dtype on one torch thread (the caller's thread count restored); OverLimit
+    when the reading would take more than `limit_s` wall seconds (PROBE_LIMIT_S)."""
     import torch
 
     from llmperf_hook.profile.op_sampler import sample_op
 
-    threads, cpu0 = torch.get_num_threads(), time.process_time()
+    threads, cpu0, deadline = torch.get_num_threads(), time.process_time(), time.perf_counter() + limit_s
     shapes_s: dict[str, dict[str, float]] = {}
     try:
         torch.set_num_threads(1)
         for dtype in dtypes:
             times: dict[str, float] = {}
             for i, shape in enumerate(probe_shapes(spec)):
-                timing = sample_op(shape.op_class, shape.dims, shape.phase, dtype, "cpu", target_s=target_s)
+                timing = sample_op(shape.op_class, shape.dims, shape.phase, dtype, "cpu", target_s=target_s,
+                                   limit_s=max(0.0, deadline - time.perf_counter()))
                 times[f"{shape.key()}-{i}"] = timing.time_s
             shapes_s[dtype] = times
     finally:

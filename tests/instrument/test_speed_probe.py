@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -74,6 +75,67 @@ def test_hook_reading_carries_the_probe_and_the_drift_check_reads_it(tmp_path: P
     probe = end["reference"]["extra"]["probe"]
     assert probe["spec"] == TINY.text()
     assert hook_probe_s(records, "j") == probe["probe_s"] and hook_probe_s(records, "other") == {}
+
+
+def test_only_the_hooks_reading_times_the_probe_and_unset_it_is_not_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from llmperf_hook.instrument import speed_probe
+    from llmperf_hook.instrument.reference_speed import HOOK_WHERE, measure_reference
+
+    loaded = subprocess.run([sys.executable, "-c", "import sys, llmperf_hook.instrument.reference_speed; "
+                             f"print({speed_probe.__name__!r} in sys.modules)"], capture_output=True, text=True)
+    assert loaded.stdout.strip() == "False", loaded.stderr  # the hook imports reference_speed, not the probe
+    monkeypatch.delenv(PROBE_ENV, raising=False)
+    monkeypatch.delitem(sys.modules, speed_probe.__name__)  # restored after the test
+    assert measure_reference(HOOK_WHERE).extra == {} and speed_probe.__name__ not in sys.modules
+    calls: list[dict] = []
+    monkeypatch.setattr(speed_probe, "probe_from_env", lambda env: calls.append(dict(env)) or {"probe_s": {}})
+    monkeypatch.setitem(sys.modules, speed_probe.__name__, speed_probe)
+    monkeypatch.setenv(PROBE_ENV, TINY.text())
+    assert measure_reference("profile-start").extra == {} and not calls  # the profile's readings never run it
+    assert measure_reference(HOOK_WHERE).extra == {"probe": {"probe_s": {}}} and calls == [{PROBE_ENV: TINY.text()}]
+
+
+def test_a_failing_probe_loses_only_the_probe_not_the_steps_or_the_reference(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from llmperf_hook.instrument import speed_probe
+    from llmperf_hook.instrument.recorder import StepRecorder
+
+    def broken(*_args, **_kw):
+        raise RuntimeError("probe kernel failed")
+
+    monkeypatch.setattr(speed_probe, "measure_probe", broken)
+    monkeypatch.setenv(PROBE_ENV, TINY.text())
+    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=1, num_warmup_steps=0))
+    rec.mark_forward()
+    rec.torch_optimizer_stepped()
+    rec.writer.close()
+    records = [json.loads(x) for p in tmp_path.glob("rank*.jsonl") for x in p.read_text().splitlines()]
+    assert [r["kind"] for r in records].count("step") == 1
+    reference = next(r for r in records if r["kind"] == "end")["reference"]
+    assert reference["cpu_s"] > 0 and reference["extra"]["probe"] == {"error": "RuntimeError: probe kernel failed"}
+
+
+def test_the_probe_stops_at_its_wall_limit() -> None:
+    pytest.importorskip("torch")
+    from llmperf_hook.profile.op_sampler import OverLimit
+
+    with pytest.raises(OverLimit):  # the first shape's first call already passes a limit of 0 s
+        measure_probe(TINY, target_s=0.001, limit_s=0.0)
+
+
+def test_drift_rows_saved_whole_and_summarised_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from testbed_checks import report_drift_file, save_rows
+
+    rows = {1: [{"cpu_s": 0.1 * s, "measured_s": 0.11 * s, "change": 0.01, "ref": 0.006 * s} for s in (1, 1.2, 0.9)]}
+    path = tmp_path / "drift-x.json"
+    save_rows(path, {1: rows[1][:1]})
+    save_rows(path, rows)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    report_drift_file(path)
+    out = capsys.readouterr().out
+    assert "config 1" in out and "3 runs" in out and "ref " in out
 
 
 def test_drift_tracking_normalises_by_a_reading() -> None:
