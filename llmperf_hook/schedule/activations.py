@@ -252,15 +252,16 @@ def mla_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
 def mtp_activation_bytes(cfg: TrainingConfig) -> float:
     """Last stage, the micro-batch in backward: each MTP depth stores a transformer layer's activations, its
     enorm/hnorm inputs and the eh_proj input (2h + 2h, /t under SP), the embedding dropout mask and its own
-    logits and loss (multi_token_prediction.py; output_activation_bytes per depth). Its layer is of the decoder's
-    last layer's kind (graph/params.mtp_layer_is_moe)."""
+    logits and loss (multi_token_prediction.py; output_activation_bytes per depth, less the native fused loss's
+    backward buffer, a transient of one loss's backward at a time that output_activation_bytes already holds once).
+    Its layer is of the decoder's last layer's kind (graph/params.mtp_layer_is_moe)."""
     m, p = cfg.model, cfg.parallel
     if not m.mtp_num_layers:
         return 0.0
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
     around = (4 * act_bytes(cfg) * sbh + hidden_mask_bytes(cfg) * sbh) / (p.tp if p.sequence_parallel else 1)
     layer = layers_bytes(cfg, 1, 1.0 if mtp_layer_is_moe(cfg) else 0.0)
-    return m.mtp_num_layers * (layer + around + output_activation_bytes(cfg))
+    return m.mtp_num_layers * (layer + around + output_activation_bytes(cfg) - native_fused_loss_extra_bytes(cfg))
 
 
 def layer_activation_bytes(cfg: TrainingConfig) -> float:

@@ -75,3 +75,14 @@ def test_deferred_wgrad_buffers_sit_on_the_last_stage_only() -> None:
     assert "deferred_embedding_wgrad" not in first
     assert last["deferred_embedding_wgrad"] == pytest.approx(act.deferred_embedding_wgrad_bytes(cfg), abs=1)
     assert sum(last.values()) - sum(_last_stage(_resolve()).values()) >= last["deferred_embedding_wgrad"] - 1
+
+
+def test_multi_token_prediction_depths_do_not_repeat_the_fused_loss_backward_buffer() -> None:
+    """Each MTP depth keeps its own loss's saved softmax, but the compiled backward's extra fp32 buffer exists for one
+    loss's backward at a time: held once, in output_activation_bytes."""
+    mtp = ("--mtp-num-layers", "2", "--position-embedding-type", "rope")
+    plain, fused = _resolve(*mtp), _resolve(*mtp, "--cross-entropy-loss-fusion")
+    assert act.mtp_activation_bytes(fused) == pytest.approx(act.mtp_activation_bytes(plain))
+    extra = act.native_fused_loss_extra_bytes(fused)
+    assert extra > 0
+    assert act.output_activation_bytes(fused) - act.output_activation_bytes(plain) == pytest.approx(extra)
