@@ -431,15 +431,24 @@ def deferred_embedding_wgrad_bytes(cfg: TrainingConfig) -> float:
     loss, with the earlier micro-batches' min(limit, m - 1) pairs held: each its logits gradient (16-bit, sbv/t)
     and its input (sbh, /t under SP). Measured: Megatron-LM CI's gpt3_mcore_te_tp2_pp2 with the flag and limit 2
     allocates 1.76 GiB, without 1.33 (+0.43; this counts 0.39)."""
-    limit, m = cfg.wgrad_deferral_limit, cfg.batch.num_microbatches
+    return deferred_wgrad_microbatches(cfg, cfg.batch.num_microbatches) * deferred_wgrad_microbatch_bytes(cfg)
+
+
+def deferred_wgrad_microbatches(cfg: TrainingConfig, num_microbatches: int) -> int:
+    """Earlier micro-batches whose deferred output-layer wgrad inputs the last stage holds at a loss:
+    min(--wgrad-deferral-limit or m, m - 1); 0 without --defer-embedding-wgrad-compute or pipeline parallelism."""
+    limit = cfg.wgrad_deferral_limit
     if limit is None or cfg.framework != "megatron" or cfg.parallel.pp == 1:
-        return 0.0
-    kept = min(limit or m, m - 1)
+        return 0
+    return max(0, min(limit or num_microbatches, num_microbatches - 1))
+
+
+def deferred_wgrad_microbatch_bytes(cfg: TrainingConfig) -> float:
+    """One deferred micro-batch: its 16-bit logits gradient (sbv/t) and the output layer's input (sbh, /t under SP)."""
     p = cfg.parallel
     sb = cfg.model.seq_length / p.cp * cfg.batch.micro_batch_size
-    grad = act_bytes(cfg) * logits_elements(cfg)
-    inputs = act_bytes(cfg) * sb * cfg.model.hidden_size / (p.tp if p.sequence_parallel else 1)
-    return kept * (grad + inputs)
+    inputs = sb * cfg.model.hidden_size / (p.tp if p.sequence_parallel else 1)
+    return act_bytes(cfg) * (logits_elements(cfg) + inputs)
 
 
 TORCH_LOSS_BACKWARD_TENSORS = 3

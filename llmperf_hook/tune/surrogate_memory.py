@@ -114,7 +114,7 @@ def _dense_layer(cfg: TrainingConfig) -> TrainingConfig:
 LAYER_TERMS = ("layer", "layer_selective", "checkpoint", "softmax_backward", "softmax_backward_selective",
                "embedding", "logits_and_loss", "mtp", "attention_score_buffer", "recompute_selective", "dense_layer",
                "dense_layer_selective", "rematerialised_layer", "loss_block", "loss_blocks", "loss_unusable",
-               "gradients_outgrow")
+               "gradients_outgrow", "deferred_wgrad")
 """The columns _layer_terms returns, in order."""
 
 
@@ -131,7 +131,8 @@ def _layer_terms(cfg: TrainingConfig, modules: tuple[str, ...]) -> tuple[float, 
             act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg),
             act.recompute_working_bytes(sel), act.layer_activation_bytes(_dense_layer(none)),
             act.layer_activation_bytes(_dense_layer(sel)), act.rematerialised_layer_bytes(cfg),
-            *dataclasses.astuple(loss_blocks(cfg, True)), float(gradients_outgrow_activations(cfg)))
+            *dataclasses.astuple(loss_blocks(cfg, True)), float(gradients_outgrow_activations(cfg)),
+            act.deferred_wgrad_microbatch_bytes(cfg))
 
 
 def _layer_table(cfg: TrainingConfig, cols: Cols, row_config: _RowConfigs) -> np.ndarray:
@@ -341,7 +342,10 @@ def estimate_memory_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols)
     lazy = (np.where(single, lazy_1, lazy_m) > 0) & has_logits
     kept_logits = np.where(lazy & (buckets > logits), 0.0, logits)
     kept_buckets = np.where(lazy & (buckets <= logits), 0.0, buckets)
-    transient = activations + embedding + mtp + np.where(has_logits, kept_logits, working)
+    # activations.deferred_embedding_wgrad_bytes: the last stage's deferred output-layer wgrad buffers
+    deferred_mb = np.array([act.deferred_wgrad_microbatches(cfg, int(m)) for m in cols["num_mb"]], dtype=np.float64)
+    deferred = np.where(last, deferred_mb[:, None] * col(LAYER_TERMS.index("deferred_wgrad")), 0.0)
+    transient = activations + embedding + mtp + deferred + np.where(has_logits, kept_logits, working)
     freed = (cols["zero"] == 1) | (cols["zero"] == 2) | (not cfg.optimizer.contiguous_gradients)
     backward_only = transient + live + np.where(freed[:, None], kept_buckets, 0.0)
     later = np.maximum(grads, step)
