@@ -302,8 +302,7 @@ def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: tuple[st
     deepspeed_optimizer.script_client_optimizer), so the optimizer section is not built. `release`: the job's
     DeepSpeed (deepspeed_release.schema_release), for the checks that came or went with a release."""
     src: dict[str, Source] = {}
-    warnings: list[str] = []
-    check_sections(raw, origin, release)
+    warnings = check_sections(raw, origin, release)
     fields = {**_zero(raw, origin, src, warnings, release), **_batch_and_precision(raw, origin, src),
               **_other_sections(raw, origin, src, warnings)}
     fields.update(check_top_level(raw, origin, fields, src, warnings, release))

@@ -93,24 +93,29 @@ MONITOR_KEYS = {
 }
 """deepspeed/monitor/config.py TensorBoardConfig, CSVConfig, WandbConfig, CometConfig."""
 
-OTHER_SECTION_KEYS = {
-    ("compile",): ("CompileConfig", frozenset("""autoep_non_moe debug_log deepcompile double_buffer free_activation
-        free_activation_threshold keep_all_input_tensors keep_int_input_tensors offload_activation
+OTHER_SECTION_KEYS: dict[tuple[str, ...], tuple[str, Version, frozenset[str]]] = {
+    ("compile",): ("CompileConfig", (0, 16, 6), frozenset("""autoep_non_moe debug_log deepcompile double_buffer
+        free_activation free_activation_threshold keep_all_input_tensors keep_int_input_tensors offload_activation
         offload_activation_pin_memory offload_opt_states offload_parameters passes symmetric_memory sync_after_allgather
         sync_after_reduce sync_before_allgather sync_before_reduce""".split())),
-    ("comms_logger",): ("CommsLoggerConfig", frozenset("debug enabled prof_all prof_ops verbose".split())),
-    ("timers", "throughput"): ("DeepSpeedThroughputTimerConfig", frozenset({"enabled", "synchronized"})),
-    ("hybrid_engine",): ("HybridEngineConfig", frozenset("""enable_cuda_graph enabled inference_tp_size max_out_tokens
-        pin_parameters release_inference_cache tp_gather_partition_size""".split())),
-    ("weight_quantization",): ("WeightQuantConfig", frozenset(
+    ("comms_logger",): ("CommsLoggerConfig", (0, 0, 0), frozenset("debug enabled prof_all prof_ops verbose".split())),
+    ("timers", "throughput"): ("DeepSpeedThroughputTimerConfig", (0, 14, 3), frozenset({"enabled", "synchronized"})),
+    ("hybrid_engine",): ("HybridEngineConfig", (0, 0, 0), frozenset("""enable_cuda_graph enabled inference_tp_size
+        max_out_tokens pin_parameters release_inference_cache tp_gather_partition_size""".split())),
+    ("weight_quantization",): ("WeightQuantConfig", (0, 0, 0), frozenset(
         "enabled num_bits post_init_quant q_groups q_type quantized_initialization".split())),
-    ("tensor_parallel",): ("TPTrainingConfig", frozenset("""autotp_size dtype injection_policy_tuple keep_module_on_host
-        kernel_inject partition_config preset_model replace_with_kernel_inject tensor_parallel tp tp_overlap_comm
-        vocab_parallel_ce_backend vocab_parallel_lm_head""".split())),
+    ("tensor_parallel",): ("TPTrainingConfig", (0, 16, 4), frozenset("""autotp_size dtype injection_policy_tuple
+        keep_module_on_host kernel_inject partition_config preset_model replace_with_kernel_inject tensor_parallel tp
+        tp_overlap_comm vocab_parallel_ce_backend vocab_parallel_lm_head""".split())),
 }
 """The other top-level sections DeepSpeedConfig builds as pydantic models with extra keys forbidden (compile/config.py,
 comm/config.py, utils/config.py get_timers_config, runtime/config.py HybridEngineConfig, inference/config.py,
-runtime/tensor_parallel/config.py): their fields in 0.19.6 and 0.19.8 together (the mirror's and the venv's)."""
+runtime/tensor_parallel/config.py): the model, the first release whose model has these fields, and their fields in
+0.19.6 and 0.19.8 together (the mirror's and the venv's; every field of 0.14-0.19.5 is among them). Before that release
+DeepSpeedConfig ignores the section (compile in 0.14.4-0.16.5; timers before #5363, v0.14.3; tensor_parallel before
+AutoTP training, #7004, v0.16.4) or reads other fields (0.13.2-0.14.3's CompileConfig: enabled, backend, kwargs)."""
+KNOWN_MODELS_VERSION: Version = (0, 19, 8)
+"""The newest release whose models OTHER_SECTION_KEYS lists: a later one may know more fields."""
 
 COMM_DTYPES = ("fp16", "bf16", "fp32")
 """config.py get_communication_data_type: the value, lower-cased, must be one of these."""
@@ -297,9 +302,9 @@ def precision_section(raw: dict[str, Any], name: str) -> Any:
     return {} if key is None else raw[key]
 
 
-def check_sections(raw: dict[str, Any], origin: str, release: JobRelease = TODAYS_RELEASE) -> None:
-    """fp16/bf16 and monitor sections as DeepSpeed's models (of the job's `release`) read them;
-    communication_data_type's choices."""
+def check_sections(raw: dict[str, Any], origin: str, release: JobRelease = TODAYS_RELEASE) -> list[str]:
+    """fp16/bf16, monitor and the other pydantic sections as DeepSpeed's models (of the job's `release`) read them;
+    communication_data_type's choices. Returns warnings (keys a release newer than the known models may accept)."""
     for name, known in PRECISION_KEYS.items():
         key = precision_key(raw, name)
         if key is None:
@@ -317,17 +322,33 @@ def check_sections(raw: dict[str, Any], origin: str, release: JobRelease = TODAY
         section = raw.get(name)
         if isinstance(section, dict):
             _unknown_keys(section, known, name, origin, "DeepSpeedMonitorConfig")
-    for path, (model, known) in OTHER_SECTION_KEYS.items():
-        section = raw.get(path[0])
-        section = section.get(path[1]) if len(path) > 1 and isinstance(section, dict) else section
-        if isinstance(section, dict):
-            _unknown_keys(section, known, ".".join(path), origin, model)
+    warnings = _other_sections(raw, origin, release)
     _checkpoint_section(raw, origin, release)
     for key in ("communication_data_type", "seq_parallel_communication_data_type"):
         value = raw.get(key)
         if value is not None and (not isinstance(value, str) or value.lower() not in COMM_DTYPES):
             raise ConfigError(f"{origin} {key} is {value!r}; DeepSpeed accepts \"fp16\", \"bf16\" or \"fp32\" ('Invalid "
                               "communication_data_type'). Use one of them or leave the key out.")
+    return warnings
+
+
+def _other_sections(raw: dict[str, Any], origin: str, release: JobRelease) -> list[str]:
+    """OTHER_SECTION_KEYS' unknown keys: refused for the releases whose model is listed, a warning for a later one."""
+    warnings: list[str] = []
+    for path, (model, since, known) in OTHER_SECTION_KEYS.items():
+        section = raw.get(path[0])
+        section = section.get(path[1]) if len(path) > 1 and isinstance(section, dict) else section
+        if not isinstance(section, dict) or not release.has(since):
+            continue
+        where = ".".join(path)
+        if release.version is not None and release.version > KNOWN_MODELS_VERSION:
+            unknown = sorted(key for key in section if key not in known)
+            warnings.extend(f"{origin} {where}.{key} is not a {model} field of DeepSpeed 0.19.8 or earlier; the job "
+                            f"runs {release.named()}, which may know it (if not, deepspeed.initialize stops with "
+                            "'Extra inputs are not permitted')" for key in unknown)
+            continue
+        _unknown_keys(section, known, where, origin, f"{model} of {release.named()}")
+    return warnings
 
 
 TAG_VALIDATION_MODES = ("WARN", "IGNORE", "FAIL")

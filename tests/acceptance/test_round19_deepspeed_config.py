@@ -214,3 +214,30 @@ def test_fp16_validators_follow_the_release(config: dict, before: str, tmp_path:
     monkeypatch.setenv("LLMPERF_DEEPSPEED_VERSION", "0.19.3")
     code, _, err = _llmperf(tmp_path, config, 8, capsys, monkeypatch)
     assert code == 2 and "DeepSpeedFP16Config raises" in err
+
+
+@pytest.mark.parametrize(("section", "before", "since"), [
+    # DeepSpeed 0.13.2-0.14.3's compile model was {enabled, backend, kwargs} (runtime/compiler.py); 0.14.4-0.16.5
+    # ignore the section; 0.16.6 (#7154) brought deepcompile's CompileConfig
+    ({"compile": {"enabled": True, "backend": "inductor"}}, "0.14.0", "0.16.6"),
+    # TPTrainingConfig came with AutoTP training (#7004, v0.16.4); older releases ignore the section
+    ({"tensor_parallel": {"autotp_sise": 2}}, "0.16.3", "0.16.4"),
+    # DeepSpeedThroughputTimerConfig came with #5363 (v0.14.3)
+    ({"timers": {"throughput": {"enabld": True}}}, "0.14.2", "0.14.3")])
+def test_section_keys_are_refused_only_by_the_releases_whose_model_forbids_them(
+        section: dict, before: str, since: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("LLMPERF_DEEPSPEED_VERSION", before)
+    assert _llmperf(tmp_path, {**B, **section}, 8, capsys, monkeypatch)[0] == 0
+    monkeypatch.setenv("LLMPERF_DEEPSPEED_VERSION", since)
+    code, _, err = _llmperf(tmp_path, {**B, **section}, 8, capsys, monkeypatch)
+    assert code == 2 and "DeepSpeed " + since in err and "Traceback" not in err
+
+
+def test_a_release_newer_than_the_known_models_is_not_refused_a_key_it_may_know(tmp_path: Path, capsys,
+                                                                                 monkeypatch) -> None:
+    config = {**B, "compile": {"deepcompile": True, "a_key_of_a_later_release": True}}
+    monkeypatch.setenv("LLMPERF_DEEPSPEED_VERSION", "0.20.0")
+    code, ours, _ = _llmperf(tmp_path, config, 8, capsys, monkeypatch)
+    assert code == 0 and any("a_key_of_a_later_release" in w and "0.19.8" in w for w in ours["warnings"])
+    monkeypatch.setenv("LLMPERF_DEEPSPEED_VERSION", "0.19.8")
+    assert _llmperf(tmp_path, config, 8, capsys, monkeypatch)[0] == 2
