@@ -299,7 +299,11 @@ FIRST_FIT_MAX_SAMPLE_S; their estimated seconds together)} (sampler.SamplingDead
 def more_budget_min(refused: Refused) -> int:
     """Whole minutes more --budget that measure `refused`'s shapes before the sampling deadline, at their estimates
     (a lower bound: shapes stopped over their time and start-up are not in it)."""
-    return max(math.ceil(sum(s for _, s in refused.values()) / 60.0), 1)
+    return _whole_min(sum(s for _, s in refused.values()))
+
+
+def _whole_min(seconds: float) -> int:
+    return max(math.ceil(seconds / 60.0), 1)
 
 
 def refused_reason(shapes: int, seconds: float) -> str:
@@ -307,7 +311,7 @@ def refused_reason(shapes: int, seconds: float) -> str:
     per-class line says it)."""
     return (f"its {shapes} first-fit shape{'' if shapes == 1 else 's'} (about {seconds:.0f} s at the pace its class "
             f"ran here) were not measured past the sampling deadline, which takes only shapes estimated under "
-            f"{FIRST_FIT_MAX_SAMPLE_S} s each; a --budget at least {more_budget_min({'': (shapes, seconds)})} min "
+            f"{FIRST_FIT_MAX_SAMPLE_S} s each; a --budget at least {_whole_min(seconds)} min "
             f"larger measures them")
 
 
