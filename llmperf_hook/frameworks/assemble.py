@@ -12,7 +12,8 @@ from llmperf_hook.frameworks.deepspeed_chat import deepspeed_chat_warnings, is_d
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.deepspeed_engine_rules import check_bf16_accumulation_engine
 from llmperf_hook.frameworks.openrlhf import openrlhf_trainer, openrlhf_warnings
-from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_bucket_release, native_pinned_memory,
+from llmperf_hook.frameworks.deepspeed_release import (as_released, moe_dense_dispatch_release,
+                                                       multi_rank_bucket_release, native_pinned_memory,
                                                        pinned_offload_release, schema_release,
                                                        zero1_noncontiguous_release, zero3_splits_bias)
 from llmperf_hook.frameworks.code_ds_config import code_config_warnings
@@ -166,6 +167,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         deepspeed_pipe_partitioned=partitioned,
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),
         cuda_device_max_connections=connections, torch_linear_layers=splits_bias,
+        deepspeed_moe_dense_dispatch=framework == "megatron-deepspeed" and parts.model.num_experts > 0
+        and moe_dense_dispatch_release(job.env),
     )
 
 

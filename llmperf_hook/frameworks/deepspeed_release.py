@@ -269,6 +269,17 @@ def zero3_fields_at(stage: int, sources: Mapping[str, Source]) -> tuple[dict[str
     return {k: v[0] for k, v in saved.items()}, origins
 
 
+SPARSE_MOE_DISPATCH_VERSION: Version = (0, 19, 4)
+"""First release whose MOELayer routes tokens with index_select (_sparse_encode / _sparse_decode; 619e3199d, #8195,
+2026-08-02; tag v0.19.4 contains it, v0.19.3 does not). Before it the einsums "sec,sm->ecm" and "sec,ecm->sm" over
+the gate's one-hot [S, E, C] dispatch mask and combine weights, which autograd keeps (schedule/activations.py)."""
+
+
+def moe_dense_dispatch_release(env: Mapping[str, str]) -> bool:
+    """Whether the job's DeepSpeed (job_release; unknown: today's) dispatches MoE tokens with the dense einsums."""
+    return not JobRelease(*job_release(env)).has(SPARSE_MOE_DISPATCH_VERSION)
+
+
 LINEAR_WRAP_ON_INITIALIZE: Version = (0, 19, 4)
 """First release whose deepspeed.initialize installs zero3_linear_wrap for a model built outside zero.Init
 (617061d6b, #8189, 2026-07-31; v0.19.3 lacks it). Before, only zero.Init's patch_init_and_builtins replaced

@@ -507,6 +507,9 @@ class TrainingConfig:
     entropy under torch.compile: one fp32 copy of the logits more than the unfused one, schedule/activations.py) or
     "te" (Transformer Engine's parallel_cross_entropy: no fp32 copy of the logits, the gradient written into them);
     "" = not fused."""
+    deepspeed_moe_dense_dispatch: bool = False
+    """Megatron-DeepSpeed MoE under a DeepSpeed release before v0.19.4 (deepspeed_release.SPARSE_MOE_DISPATCH_VERSION):
+    MOELayer dispatches and combines with einsums over one-hot [S, E, C] tensors that autograd keeps."""
     wgrad_deferral_limit: int | None = None
     """Megatron --defer-embedding-wgrad-compute's --wgrad-deferral-limit: micro-batches whose output-layer weight
     gradient waits for the pipeline flush, their input and logits gradient kept until then (0 = all, Megatron's

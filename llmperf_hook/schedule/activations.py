@@ -129,12 +129,24 @@ def deepspeed_moe_saved_bytes(cfg: TrainingConfig) -> float:
     - _sparse_decode's `routed * gates.unsqueeze(-1)` saves `routed`, the k expert outputs of every token (after
       gather_tokens on every TP rank): a k.
     The bf16 norm output itself is kept by none of them (index_select keeps only its index). DeepSpeed up to
-    v0.19.3 encodes and decodes with dense einsums over one-hot [S, E, C] tensors that autograd keeps as well
-    (quadratic in the tokens): not priced, the current release is."""
+    v0.19.3 (TrainingConfig.deepspeed_moe_dense_dispatch) keeps the same, the combine einsum's expert_output in
+    place of `routed`, plus dense_dispatch_bytes."""
     m, p = cfg.model, cfg.parallel
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
     k, ab = m.moe_router_topk, act_bytes(cfg)
-    return sbh * (FP32_BYTES + ab * k * max(1, p.etp) / p.tp + ab * k)
+    dense = dense_dispatch_bytes(cfg) if cfg.deepspeed_moe_dense_dispatch else 0.0
+    return sbh * (FP32_BYTES + ab * k * max(1, p.etp) / p.tp + ab * k) + dense
+
+
+def dense_dispatch_bytes(cfg: TrainingConfig) -> float:
+    """DeepSpeed v0.15-v0.19.3 MOELayer.forward (sharded_moe.py at v0.19.3): `einsum("sec,sm->ecm",
+    dispatch_mask.type_as(input), reshaped_input)` keeps the 16-bit dispatch mask (the input's gradient needs it),
+    `einsum("sec,ecm->sm", combine_weights.type_as(input), expert_output)` the 16-bit combine weights; each is
+    [S, E x C] with E x C = k S slots (top-1 capacity S/E, top-2 2S/E, capacity factor 1): 2 a k S^2. The gate's
+    `einsum("se,sc->sec", gates, locations_sc)` per route keeps its fp32 one-hot locations [S, C]: 4 k S (k S / E)."""
+    m = cfg.model
+    n, k = m.seq_length / cfg.parallel.cp * cfg.batch.micro_batch_size, m.moe_router_topk
+    return 2 * act_bytes(cfg) * k * n * n + FP32_BYTES * k * n * (k * n / max(1, m.num_experts))
 
 
 def fp8_saves_gemm_inputs(cfg: TrainingConfig) -> bool:

@@ -53,3 +53,13 @@ def test_only_megatron_deepspeed_runs_deepspeed_moe(in_job_dir: Path) -> None:
     cfg = _cfg()
     hf = replace(cfg, framework="hf-deepspeed")  # transformers' own MoE blocks: not DeepSpeed's MOELayer
     assert act.mlp_terms(hf)[0] == pytest.approx(2 * SBH)
+
+
+def test_deepspeed_before_sparse_dispatch_keeps_the_one_hot_einsum_operands(in_job_dir: Path) -> None:
+    """DeepSpeed v0.19.3 and older: + the 16-bit dispatch mask and combine weights (2 x 2 k T^2) and the gate's fp32
+    one-hot locations (4 k T x kT/E); v0.19.4 on routes with index_select (deepspeed_release.SPARSE_MOE_DISPATCH_VERSION)."""
+    old = resolve_job(MDS, {"LLMPERF_DEEPSPEED_VERSION": "0.19.3"})[1]
+    new = resolve_job(MDS, {"LLMPERF_DEEPSPEED_VERSION": "0.19.4"})[1]
+    assert old.deepspeed_moe_dense_dispatch and not new.deepspeed_moe_dense_dispatch
+    quadratic = 2 * 2 * K * T * T + 4 * K * T * (K * T / 8)
+    assert act.mlp_terms(old)[0] - act.mlp_terms(new)[0] == pytest.approx(quadratic)
