@@ -179,7 +179,7 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
         raise ConfigError(f"{origin} zero_optimization must be an object, got {zero!r}{hint}; DeepSpeed's get_zero_config "
                           "builds DeepSpeedZeroConfig(**zero_optimization) and fails on anything else. Write "
                           "\"zero_optimization\": {\"stage\": N} (false or true, DeepSpeed's old spellings, also work).")
-    check_zero_section(zero, origin, release)
+    warnings.extend(check_zero_section(zero, origin, release))
     stage = zero.get("stage", 0)  # pydantic's lax ZeroStageEnum reads true / false as 1 / 0
     out: dict[str, Any] = {"zero_stage": _num(int(stage) if isinstance(stage, bool) else stage, "zero_optimization.stage", origin)}
     if out["zero_stage"] not in (0, 1, 2, 3, AUTO):

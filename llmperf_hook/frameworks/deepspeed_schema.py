@@ -205,9 +205,10 @@ def _deprecated_zero_keys(zero: dict[str, Any], origin: str) -> None:
             ds_bool(zero[old], f"zero_optimization.{old}", origin)
 
 
-def check_zero_section(zero: dict[str, Any], origin: str, release: JobRelease = TODAYS_RELEASE) -> None:
-    """DeepSpeedZeroConfig of the job's `release`: known keys, deprecated keys, integer bounds, offload sub-models."""
-    _unknown_keys(zero, ZERO_KEYS, "zero_optimization", origin, "DeepSpeedZeroConfig")
+def check_zero_section(zero: dict[str, Any], origin: str, release: JobRelease = TODAYS_RELEASE) -> list[str]:
+    """DeepSpeedZeroConfig of the job's `release`: known keys, deprecated keys, integer bounds, offload sub-models.
+    Returns warnings (keys a release newer than the known models may accept)."""
+    warnings = _release_keys(zero, ZERO_KEYS, "zero_optimization", origin, "DeepSpeedZeroConfig", release)
     _deprecated_zero_keys(zero, origin)
     newer = sorted(key for key, since in NEWER_ZERO_KEYS.items() if key in zero and not release.has(since))
     if newer:
@@ -225,6 +226,7 @@ def check_zero_section(zero: dict[str, Any], origin: str, release: JobRelease = 
             _int_field(zero[key], f"zero_optimization.{key}", origin, bound)
     for key in ("offload_param", "offload_optimizer"):
         _offload(zero.get(key), key, origin)
+    return warnings
 
 
 def _fp16_validators(field: str, value: Any, origin: str, release: JobRelease) -> None:
@@ -340,15 +342,20 @@ def _other_sections(raw: dict[str, Any], origin: str, release: JobRelease) -> li
         section = section.get(path[1]) if len(path) > 1 and isinstance(section, dict) else section
         if not isinstance(section, dict) or not release.has(since):
             continue
-        where = ".".join(path)
-        if release.version is not None and release.version > KNOWN_MODELS_VERSION:
-            unknown = sorted(key for key in section if key not in known)
-            warnings.extend(f"{origin} {where}.{key} is not a {model} field of DeepSpeed 0.19.8 or earlier; the job "
-                            f"runs {release.named()}, which may know it (if not, deepspeed.initialize stops with "
-                            "'Extra inputs are not permitted')" for key in unknown)
-            continue
-        _unknown_keys(section, known, where, origin, f"{model} of {release.named()}")
+        warnings.extend(_release_keys(section, known, ".".join(path), origin, model, release))
     return warnings
+
+
+def _release_keys(section: dict[str, Any], known: frozenset[str], where: str, origin: str, model: str,
+                  release: JobRelease) -> list[str]:
+    """_unknown_keys for the job's release; a release past KNOWN_MODELS_VERSION may know more fields: one warning
+    per key the lists lack, no refusal."""
+    if release.version is None or release.version <= KNOWN_MODELS_VERSION:
+        _unknown_keys(section, known, where, origin, f"{model} of {release.named()}")
+        return []
+    return [f"{origin} {where}.{key} is not a {model} field of DeepSpeed 0.19.8 or earlier; the job runs "
+            f"{release.named()}, which may know it (if not, deepspeed.initialize stops with 'Extra inputs are not "
+            "permitted')" for key in sorted(set(section) - known)]
 
 
 TAG_VALIDATION_MODES = ("WARN", "IGNORE", "FAIL")

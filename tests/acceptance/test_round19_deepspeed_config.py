@@ -233,9 +233,11 @@ def test_section_keys_are_refused_only_by_the_releases_whose_model_forbids_them(
     assert code == 2 and "DeepSpeed " + since in err and "Traceback" not in err
 
 
-def test_a_release_newer_than_the_known_models_is_not_refused_a_key_it_may_know(tmp_path: Path, capsys,
+@pytest.mark.parametrize("section", [{"compile": {"deepcompile": True, "a_key_of_a_later_release": True}},
+                                     {"zero_optimization": {"stage": 2, "a_key_of_a_later_release": True}}])
+def test_a_release_newer_than_the_known_models_is_not_refused_a_key_it_may_know(section: dict, tmp_path: Path, capsys,
                                                                                  monkeypatch) -> None:
-    config = {**B, "compile": {"deepcompile": True, "a_key_of_a_later_release": True}}
+    config = {**B, **section}
     monkeypatch.setenv("LLMPERF_DEEPSPEED_VERSION", "0.20.0")
     code, ours, _ = _llmperf(tmp_path, config, 8, capsys, monkeypatch)
     assert code == 0 and any("a_key_of_a_later_release" in w and "0.19.8" in w for w in ours["warnings"])
