@@ -121,8 +121,14 @@ COMM_DTYPES = ("fp16", "bf16", "fp32")
 """config.py get_communication_data_type: the value, lower-cased, must be one of these."""
 
 
+def _unknown(section: dict[str, Any], known: frozenset[str]) -> list[str]:
+    """Keys the model lacks; an "auto" value is dropped before validation (DeepSpeedConfigModel.__init__), so its key
+    never reaches pydantic's extra-key check."""
+    return sorted(key for key, value in section.items() if key not in known and value != AUTO)
+
+
 def _unknown_keys(section: dict[str, Any], known: frozenset[str], where: str, origin: str, model: str) -> None:
-    unknown = sorted(key for key in section if key not in known)
+    unknown = _unknown(section, known)
     if not unknown:
         return
     hints = [f"{key!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, known, 1, 0.75))
@@ -355,7 +361,7 @@ def _release_keys(section: dict[str, Any], known: frozenset[str], where: str, or
         return []
     return [f"{origin} {where}.{key} is not a {model} field of DeepSpeed 0.19.8 or earlier; the job runs "
             f"{release.named()}, which may know it (if not, deepspeed.initialize stops with 'Extra inputs are not "
-            "permitted')" for key in sorted(set(section) - known)]
+            "permitted')" for key in _unknown(section, known)]
 
 
 TAG_VALIDATION_MODES = ("WARN", "IGNORE", "FAIL")

@@ -114,6 +114,10 @@ CORPUS: list[tuple[str, dict[str, Any], int]] = [
     ("tag_validation maybe", {**B, "checkpoint": {"tag_validation": "maybe"}}, 8),
     ("tag_validation fail", {**B, "checkpoint": {"tag_validation": "fail"}}, 8),
     ("keep_in_fp32_modules text", {**B, "data_types": {"keep_in_fp32_modules": "norm"}}, 8),
+    # DeepSpeedConfigModel drops "auto" values before validation, unknown keys' too (config_utils.py __init__)
+    ("unknown zero key auto", _z(stage=2, nosuch_key="auto"), 8),
+    ("unknown offload key auto", _z(stage=3, offload_param={"device": "cpu", "nosuch_key": "auto"}), 8),
+    ("unknown compile key auto", {**B, "compile": {"nosuch_key": "auto"}}, 8),
 ]
 """(name, ds_config, ranks): the configs of DeepSpeed's unit tests and their neighbours."""
 
