@@ -344,11 +344,15 @@ def _other_sections(raw: dict[str, Any], origin: str, release: JobRelease) -> li
     """OTHER_SECTION_KEYS' unknown keys: refused for the releases whose model is listed, a warning for a later one."""
     warnings: list[str] = []
     for path, (model, since, known) in OTHER_SECTION_KEYS.items():
-        section = raw.get(path[0])
-        section = section.get(path[1]) if len(path) > 1 and isinstance(section, dict) else section
-        if not isinstance(section, dict) or not release.has(since):
+        parent = raw.get(path[0]) if len(path) > 1 else raw
+        if not isinstance(parent, dict) or path[-1] not in parent or not release.has(since):
             continue
-        warnings.extend(_release_keys(section, known, ".".join(path), origin, model, release))
+        section, where = parent[path[-1]], ".".join(path)
+        if not isinstance(section, dict):
+            raise ConfigError(f"{origin} {where} is {section!r}; DeepSpeedConfig builds the section with "
+                              f"{model}(**{where}) and fails (TypeError) on anything but an object. Write an object "
+                              "such as {} or drop the key.")
+        warnings.extend(_release_keys(section, known, where, origin, model, release))
     return warnings
 
 

@@ -118,6 +118,10 @@ CORPUS: list[tuple[str, dict[str, Any], int]] = [
     ("unknown zero key auto", _z(stage=2, nosuch_key="auto"), 8),
     ("unknown offload key auto", _z(stage=3, offload_param={"device": "cpu", "nosuch_key": "auto"}), 8),
     ("unknown compile key auto", {**B, "compile": {"nosuch_key": "auto"}}, 8),
+    # Model(**section) of anything but an object is a TypeError
+    ("compile true", {**B, "compile": True}, 8),
+    ("tensor_parallel null", {**B, "tensor_parallel": None}, 8),
+    ("timers.throughput 1", {**B, "timers": {"throughput": 1}}, 8),
 ]
 """(name, ds_config, ranks): the configs of DeepSpeed's unit tests and their neighbours."""
 
