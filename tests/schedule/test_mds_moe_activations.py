@@ -10,7 +10,6 @@ the experts' intermediates (the TP-split term) are unchanged.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,23 +17,11 @@ import pytest
 
 from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.schedule import activations as act
+from tests.graph.test_mds_expert_tp import H, K, MDS, T, in_job_dir  # noqa: F401 (the fixture)
 
-H, T, K, TP = 1024, 2 * 2048, 2, 2
+TP = 2
+"""MDS's --tensor-model-parallel-size."""
 SBH = T * H
-MDS = ("deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 2 --no-pipeline-parallel "
-       f"--num-layers 2 --hidden-size {H} --ffn-hidden-size 4096 --num-attention-heads 16 --seq-length 2048 "
-       "--max-position-embeddings 2048 --micro-batch-size 2 --global-batch-size 64 --tokenizer-type GPT2BPETokenizer "
-       f"--deepspeed --deepspeed_config ds.json --fp16 --num-experts 8 --expert-interval 1 --topk {K} "
-       "--moe-expert-parallel-size 2").split()
-DS_CONFIG = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1},
-             "fp16": {"enabled": True}}
-
-
-@pytest.fixture()
-def in_job_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "ds.json").write_text(json.dumps(DS_CONFIG))
-    return tmp_path
 
 
 def _cfg(*extra: str):
