@@ -62,15 +62,10 @@ def test_probe_from_env_only_when_named_and_an_error_never_raises() -> None:
 def test_hook_reading_carries_the_probe_and_the_drift_check_reads_it(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    from llmperf_hook.instrument.recorder import StepRecorder
     from testbed_runs import hook_probe_s
 
     monkeypatch.setenv(PROBE_ENV, TINY.text())
-    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=1, num_warmup_steps=0))
-    rec.mark_forward()
-    rec.torch_optimizer_stepped()
-    rec.writer.close()
-    records = [json.loads(x) for p in tmp_path.glob("rank*.jsonl") for x in p.read_text().splitlines()]
+    records = _one_recorded_step(tmp_path)
     end = next(r for r in records if r["kind"] == "end")
     probe = end["reference"]["extra"]["probe"]
     assert probe["spec"] == TINY.text()
@@ -100,18 +95,13 @@ def test_a_failing_probe_loses_only_the_probe_not_the_steps_or_the_reference(tmp
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
     from llmperf_hook.instrument import speed_probe
-    from llmperf_hook.instrument.recorder import StepRecorder
 
     def broken(*_args, **_kw):
         raise RuntimeError("probe kernel failed")
 
     monkeypatch.setattr(speed_probe, "measure_probe", broken)
     monkeypatch.setenv(PROBE_ENV, TINY.text())
-    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=1, num_warmup_steps=0))
-    rec.mark_forward()
-    rec.torch_optimizer_stepped()
-    rec.writer.close()
-    records = [json.loads(x) for p in tmp_path.glob("rank*.jsonl") for x in p.read_text().splitlines()]
+    records = _one_recorded_step(tmp_path)
     assert [r["kind"] for r in records].count("step") == 1
     reference = next(r for r in records if r["kind"] == "end")["reference"]
     assert reference["cpu_s"] > 0 and reference["extra"]["probe"] == {"error": "RuntimeError: probe kernel failed"}
@@ -148,3 +138,14 @@ def test_drift_tracking_normalises_by_a_reading() -> None:
     assert tracks["corr"] > 0.999 and tracks["sd_normalised"] < 1e-9 < tracks["sd_raw"]
     assert flat["sd_normalised"] > 0.5 * flat["sd_raw"] and abs(flat["corr"]) < 0.9
     assert drift_tracking(rows[:2], "tracks") is None
+
+
+def _one_recorded_step(run_dir: Path) -> list[dict]:
+    """A job of one recorded step through the real step hook (StepRecorder, no warm-up): the records its rank wrote."""
+    from llmperf_hook.instrument.recorder import StepRecorder
+
+    rec = StepRecorder(HookConfig(run_dir=str(run_dir), job_id="j", num_steps=1, num_warmup_steps=0))
+    rec.mark_forward()
+    rec.torch_optimizer_stepped()
+    rec.writer.close()
+    return [json.loads(x) for p in run_dir.glob("rank*.jsonl") for x in p.read_text().splitlines()]
